@@ -1,0 +1,101 @@
+"""The ASGI application: routes, middleware, and a lifespan that owns every long-lived part."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from router.endpoint import McpEndpoint
+from router.errors import ServiceUnavailable
+from router.manager import SessionManager
+from router.security import OriginPolicy, SecurityMiddleware
+from router.settings import Settings
+from router.types import MCP_ENDPOINT
+from workers.spec import WorkerSpec, default_cli_path, playwright_argv
+from workers.supervisor import Supervisor
+
+DB_NAME = "router.db"
+
+
+def build_supervisor(settings: Settings) -> Supervisor:
+    argv = settings.worker_command or playwright_argv(
+        headless=settings.headless, viewport=settings.viewport, extra_args=settings.worker_args
+    )
+    if settings.worker_command and settings.worker_args:
+        argv = [*argv, *settings.worker_args]
+    spec = WorkerSpec(
+        argv_template=tuple(argv),
+        env={},
+        ready_timeout=settings.ready_timeout,
+        stop_grace=settings.stop_grace,
+    )
+    return Supervisor(
+        spec=spec,
+        state_dir=settings.state_dir,
+        browser=settings.browser_path() or "chromium",
+        cli=str(default_cli_path()),
+    )
+
+
+def create_app(settings: Settings) -> Starlette:
+    state_dir = Path(settings.state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    supervisor = build_supervisor(settings)
+    recorder = None
+    if settings.record:
+        from router.recorder import Recorder
+
+        recorder = Recorder(state_dir / DB_NAME, retention_days=settings.retention_days)
+    manager = SessionManager(
+        supervisor=supervisor,
+        recorder=recorder,
+        idle_timeout=settings.idle_timeout,
+        max_sessions=settings.max_sessions,
+    )
+    endpoint = McpEndpoint(
+        manager,
+        max_body_bytes=settings.max_body_bytes,
+        keepalive_interval=settings.keepalive_interval,
+        response_mode=settings.responses,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            await stack.enter_async_context(supervisor.run())
+            if recorder is not None:
+                await stack.enter_async_context(recorder.run())
+            await stack.enter_async_context(manager.run())
+            yield
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse(
+            {"status": "ok", "sessions": len(manager.sessions.live()), "workers": supervisor.live_count}
+        )
+
+    app = Starlette(
+        routes=[
+            Route(MCP_ENDPOINT, endpoint, methods=None),
+            Route("/healthz", healthz, methods=["GET"]),
+        ],
+        middleware=[
+            Middleware(
+                SecurityMiddleware,
+                policy=OriginPolicy(settings.allowed_hosts, settings.allowed_origins),
+            )
+        ],
+        lifespan=lifespan,
+    )
+    app.state.manager = manager
+    app.state.settings = settings
+    return app
+
+
+__all__ = ["ServiceUnavailable", "create_app"]

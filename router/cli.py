@@ -1,0 +1,80 @@
+"""`mcp-router`: serve, and read the record."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from router.logs import configure_logging
+from router.settings import Settings
+
+
+def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("serve", help="run the router (flags override MCP_ROUTER_* variables)")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.add_argument("--state-dir")
+    p.add_argument("--idle-timeout", type=float, help="seconds without client requests before reaping")
+    p.add_argument("--max-sessions", type=int)
+    p.add_argument("--browser", help="path of the Chromium binary")
+    p.add_argument("--headed", dest="headless", action="store_const", const=False, default=None)
+    p.add_argument("--viewport", help="e.g. 1280x720")
+    p.add_argument("--worker-arg", dest="worker_args", action="append", help="extra worker flag (repeat)")
+    p.add_argument("--worker-command", help="worker argv template with {port}; shell-split")
+    p.add_argument("--allowed-origin", dest="allowed_origins", action="append")
+    p.add_argument("--allowed-host", dest="allowed_hosts", action="append")
+    p.add_argument("--responses", choices=["full", "compact"])
+    p.add_argument("--no-record", dest="record", action="store_const", const=False, default=None)
+    p.add_argument("--log-level")
+    p.add_argument("--log-format", choices=["text", "json"])
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    overrides = {
+        key: value
+        for key, value in vars(args).items()
+        if key not in ("command",) and value is not None
+    }
+    if isinstance(overrides.get("worker_command"), str):
+        import shlex
+
+        overrides["worker_command"] = shlex.split(overrides["worker_command"])
+    return Settings(**overrides)
+
+
+def serve(settings: Settings) -> int:
+    import uvicorn
+
+    from router.app import create_app
+
+    configure_logging(settings.log_level, settings.log_format)
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+        lifespan="on",
+    )
+    uvicorn.Server(config).run()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mcp-router", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(sub)
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        return serve(settings_from_args(args))
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    logging.basicConfig()
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Every way a request to the router can fail, as one tree, and the JSON-RPC body each one gets.
+
+    RouterError                  status  JSON-RPC code
+    ├── BadRequest                 400   -32600 invalid request / missing session id / batch
+    │   ├── ParseError             400   -32700 body is not JSON
+    │   └── UnsupportedVersion     400   -32600 MCP-Protocol-Version we do not speak
+    ├── Forbidden                  403   -32600 Origin not allowed
+    ├── SessionNotFound            404   -32001 unknown or ended session id
+    ├── MethodNotAllowed           405   -32600
+    ├── NotAcceptable              406   -32600 Accept lacks application/json or text/event-stream
+    ├── PayloadTooLarge            413   -32600
+    ├── UnsupportedMediaType       415   -32600
+    ├── MisdirectedRequest         421   -32600 Host not allowed (DNS rebinding)
+    ├── WorkerUnreachable          502   -32603 the worker did not answer
+    └── ServiceUnavailable         503   -32603 cannot spawn, at capacity, degraded (Retry-After)
+
+Never 404 for a spawn or routing failure: clients treat 404 as "session gone" and re-initialize.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+from starlette.responses import Response
+
+from router.types import JsonRpcId
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+INTERNAL_ERROR = -32603
+SESSION_NOT_FOUND = -32001
+
+
+def error_body(code: int, message: str, data: Any = None, id: JsonRpcId = None) -> bytes:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return json.dumps({"jsonrpc": "2.0", "id": id, "error": error}).encode()
+
+
+class RouterError(Exception):
+    status: ClassVar[int] = 500
+    code: ClassVar[int] = INTERNAL_ERROR
+
+    def __init__(
+        self, message: str, *, data: Any = None, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data
+        self.headers = headers or {}
+
+    def response(self, id: JsonRpcId = None) -> Response:
+        return Response(
+            error_body(self.code, self.message, self.data, id),
+            status_code=self.status,
+            media_type="application/json",
+            headers=self.headers,
+        )
+
+
+class BadRequest(RouterError):
+    status = 400
+    code = INVALID_REQUEST
+
+
+class ParseError(BadRequest):
+    code = PARSE_ERROR
+
+
+class UnsupportedVersion(BadRequest):
+    pass
+
+
+class Forbidden(RouterError):
+    status = 403
+    code = INVALID_REQUEST
+
+
+class SessionNotFound(RouterError):
+    status = 404
+    code = SESSION_NOT_FOUND
+
+
+class MethodNotAllowed(RouterError):
+    status = 405
+    code = INVALID_REQUEST
+
+
+class NotAcceptable(RouterError):
+    status = 406
+    code = INVALID_REQUEST
+
+
+class PayloadTooLarge(RouterError):
+    status = 413
+    code = INVALID_REQUEST
+
+
+class UnsupportedMediaType(RouterError):
+    status = 415
+    code = INVALID_REQUEST
+
+
+class MisdirectedRequest(RouterError):
+    status = 421
+    code = INVALID_REQUEST
+
+
+class WorkerUnreachable(RouterError):
+    status = 502
+    code = INTERNAL_ERROR
+
+
+class ServiceUnavailable(RouterError):
+    status = 503
+    code = INTERNAL_ERROR
+
+    def __init__(self, message: str, *, data: Any = None, retry_after: int = 5) -> None:
+        super().__init__(message, data=data, headers={"Retry-After": str(retry_after)})

@@ -1,0 +1,74 @@
+"""One JSON-RPC message from a client: parsed once, classified, validated."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from router.errors import BadRequest, ParseError
+from router.types import JsonObject, JsonRpcId
+
+
+class Kind(Enum):
+    REQUEST = "request"
+    NOTIFICATION = "notification"
+    RESPONSE = "response"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientMessage:
+    kind: Kind
+    body: JsonObject
+    raw: bytes
+
+    @property
+    def id(self) -> JsonRpcId:
+        value = self.body.get("id")
+        return value if isinstance(value, str | int) and not isinstance(value, bool) else None
+
+    @property
+    def method(self) -> str | None:
+        method = self.body.get("method")
+        return method if isinstance(method, str) else None
+
+    @property
+    def params(self) -> JsonObject:
+        params = self.body.get("params")
+        return params if isinstance(params, dict) else {}
+
+    @property
+    def tool_name(self) -> str | None:
+        if self.method != "tools/call":
+            return None
+        name = self.params.get("name")
+        return name if isinstance(name, str) else None
+
+
+def parse(raw: bytes) -> ClientMessage:
+    try:
+        body: Any = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ParseError(f"Parse error: {exc}") from None
+    if isinstance(body, list):
+        # Batches were removed in 2025-06-18; a router cannot split one across session semantics.
+        raise BadRequest("Invalid Request: JSON-RPC batches are not supported")
+    if not isinstance(body, dict) or body.get("jsonrpc") != "2.0":
+        raise BadRequest("Invalid Request: expected one JSON-RPC 2.0 object")
+    has_id = "id" in body
+    if has_id and not _valid_id(body["id"]):
+        raise BadRequest("Invalid Request: id must be a string or an integer")
+    if "method" in body:
+        if not isinstance(body["method"], str):
+            raise BadRequest("Invalid Request: method must be a string")
+        if "params" in body and not isinstance(body["params"], dict | list):
+            raise BadRequest("Invalid Request: params must be an object")
+        return ClientMessage(Kind.REQUEST if has_id else Kind.NOTIFICATION, body, raw)
+    if has_id and ("result" in body or "error" in body):
+        return ClientMessage(Kind.RESPONSE, body, raw)
+    raise BadRequest("Invalid Request: neither a request, a notification nor a response")
+
+
+def _valid_id(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))

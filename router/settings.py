@@ -1,0 +1,57 @@
+"""Settings live at the edge: the CLI and the app factory read them; inner classes take arguments."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+DEBIAN_CHROMIUM = Path("/usr/bin/chromium")
+
+
+def default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "mcp-router"
+
+
+def find_browser() -> str | None:
+    """The same search order as scripts/setup, so the router finds what set-up installed."""
+    for name in BROWSER_NAMES:
+        found = shutil.which(name)
+        if found:
+            return found
+    return str(DEBIAN_CHROMIUM) if DEBIAN_CHROMIUM.exists() else None
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MCP_ROUTER_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 4000
+    state_dir: Path = Field(default_factory=default_state_dir)
+    idle_timeout: float = 60.0
+    max_sessions: int = 64
+    max_body_bytes: int = 4 * 1024 * 1024
+    browser: str | None = None
+    headless: bool = True
+    viewport: str | None = None
+    worker_args: list[str] = Field(default_factory=list)
+    worker_command: list[str] | None = None
+    ready_timeout: float = 15.0
+    stop_grace: float = 2.0
+    allowed_origins: list[str] = Field(default_factory=list)
+    allowed_hosts: list[str] = Field(default_factory=list)
+    keepalive_interval: float = 15.0
+    record: bool = True
+    responses: Literal["full", "compact"] = "full"
+    retention_days: float = 30.0
+    log_level: str = "info"
+    log_format: Literal["text", "json"] = "text"
+
+    def browser_path(self) -> str | None:
+        return self.browser or find_browser()

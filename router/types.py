@@ -1,0 +1,35 @@
+"""Type aliases and the protocol's names, shared by the router's modules."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+JsonRpcId = str | int | None
+JsonObject = dict[str, Any]
+
+MCP_ENDPOINT: Final = "/mcp"
+
+# Header names, lower-case as ASGI delivers them.
+H_SESSION_ID: Final = "mcp-session-id"
+H_PROTOCOL_VERSION: Final = "mcp-protocol-version"
+H_LAST_EVENT_ID: Final = "last-event-id"
+H_CONTENT_TYPE: Final = "content-type"
+H_CONTENT_LENGTH: Final = "content-length"
+H_ACCEPT: Final = "accept"
+H_ORIGIN: Final = "origin"
+H_HOST: Final = "host"
+
+JSON: Final = "application/json"
+SSE: Final = "text/event-stream"
+
+# Revisions with a session handshake; 2026-07-28 is sessionless and is answered with 400 so
+# clients fall back to initialize.
+HANDSHAKE_VERSIONS: Final = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"})
+DEFAULT_NEGOTIATED_VERSION: Final = "2025-03-26"
+
+# Streaming headers every SSE answer carries, so no proxy in between buffers or compresses it.
+SSE_HEADERS: Final = (
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache, no-transform"),
+    (b"x-accel-buffering", b"no"),
+)

@@ -1,0 +1,186 @@
+"""Test helpers: a router in a thread, a raw Streamable-HTTP client, and waiting on conditions."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+
+from router.app import create_app
+from router.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKE_WORKER = ROOT / "tests" / "fakes" / "fake_worker.py"
+FAKE_WORKER_COMMAND = [sys.executable, str(FAKE_WORKER), "{port}"]
+ACCEPT_BOTH = "application/json, text/event-stream"
+WAIT_TIMEOUT = 20.0
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = WAIT_TIMEOUT, interval: float = 0.02) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s: {condition}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RouterThread:
+    """A real uvicorn serving the real app on a free loopback port, in a background thread."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.app = create_app(settings)
+        self.port = settings.port
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_config=None, lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> RouterThread:
+        self.thread.start()
+        wait_for(lambda: self.server.started or not self.thread.is_alive())
+        if not self.server.started:
+            raise RuntimeError("router did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive(), "router did not shut down"
+
+    @property
+    def manager(self) -> Any:
+        return self.app.state.manager
+
+
+def router_settings(tmp: Path, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "port": free_port(),
+        "state_dir": tmp,
+        "worker_command": FAKE_WORKER_COMMAND,
+        "keepalive_interval": 15.0,
+        "record": False,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+def sse_messages(body: str) -> list[dict[str, Any]]:
+    out = []
+    for event in body.replace("\r\n", "\n").split("\n\n"):
+        data = [line[5:].lstrip() for line in event.split("\n") if line.startswith("data:")]
+        if data:
+            out.append(json.loads("\n".join(data)))
+    return out
+
+
+def messages_of(response: httpx.Response) -> list[dict[str, Any]]:
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        return sse_messages(response.text)
+    return [response.json()]
+
+
+def initialize_body(id: int = 1, version: str = "2025-06-18", name: str = "test-client") -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": id,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": version,
+            "capabilities": {"roots": {"listChanged": False}},
+            "clientInfo": {"name": name, "version": "1"},
+        },
+    }
+
+
+class RawClient:
+    """Speaks Streamable HTTP by hand, so tests see every status code and header."""
+
+    def __init__(self, url: str, *, host: str | None = None) -> None:
+        self.url = url
+        self.http = httpx.Client(timeout=30, trust_env=False)
+        self.session_id: str | None = None
+        self._next_id = 100
+        self.host = host
+
+    def headers(self, **extra: str) -> dict[str, str]:
+        h = {"content-type": "application/json", "accept": ACCEPT_BOTH}
+        if self.session_id:
+            h["mcp-session-id"] = self.session_id
+        if self.host:
+            h["host"] = self.host
+        h.update(extra)
+        return h
+
+    def post(self, body: Any, **headers: str) -> httpx.Response:
+        content = body if isinstance(body, bytes) else json.dumps(body).encode()
+        return self.http.post(self.url, content=content, headers=self.headers(**headers))
+
+    def initialize(self, **kw: Any) -> httpx.Response:
+        response = self.post(initialize_body(**kw))
+        assert response.status_code == 200, response.text
+        self.session_id = response.headers["mcp-session-id"]
+        note = self.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        assert note.status_code == 202, note.text
+        return response
+
+    def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        self._next_id += 1
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": self._next_id, "method": method}
+        if params is not None:
+            body["params"] = params
+        response = self.post(body)
+        assert response.status_code == 200, response.text
+        answers = [m for m in messages_of(response) if m.get("id") == self._next_id]
+        assert answers, response.text
+        return answers[-1]
+
+    def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
+        return self.request("tools/call", {"name": tool, "arguments": arguments})
+
+    def text(self, tool: str, **arguments: Any) -> str:
+        answer = self.call(tool, **arguments)
+        assert "result" in answer, answer
+        return "".join(p.get("text", "") for p in answer["result"]["content"])
+
+    def delete(self) -> httpx.Response:
+        return self.http.delete(self.url, headers=self.headers())
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def iter_sse(response: httpx.Response) -> Iterator[dict[str, Any]]:
+    buffer = ""
+    for chunk in response.iter_text():
+        buffer += chunk
+        while "\n\n" in buffer:
+            event, buffer = buffer.split("\n\n", 1)
+            data = [line[5:].lstrip() for line in event.split("\n") if line.startswith("data:")]
+            if data:
+                yield json.loads("\n".join(data))
+            elif event.startswith(":"):
+                yield {"comment": event}
