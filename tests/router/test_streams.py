@@ -1,0 +1,126 @@
+"""Streams both ways: progress on a call's SSE answer, server→client requests, the GET stream."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.support import RawClient, RouterThread, iter_sse, router_settings, wait_for
+
+
+def test_progress_and_answer_stream_through(fake_router: RouterThread) -> None:
+    with RawClient(fake_router.url) as c:
+        c.initialize()
+        body = {
+            "jsonrpc": "2.0",
+            "id": 11,
+            "method": "tools/call",
+            "params": {"name": "slow", "arguments": {"seconds": 0.4}, "_meta": {"progressToken": "p1"}},
+        }
+        seen: list[dict[str, Any]] = []
+        with c.http.stream("POST", c.url, content=json.dumps(body), headers=c.headers()) as r:
+            assert r.status_code == 200
+            assert r.headers["content-type"].startswith("text/event-stream")
+            assert r.headers["cache-control"] == "no-cache, no-transform"
+            assert r.headers["x-accel-buffering"] == "no"
+            assert "content-length" not in r.headers
+            assert "content-encoding" not in r.headers
+            seen.extend(m for m in iter_sse(r) if "comment" not in m)
+        progress = [m for m in seen if m.get("method") == "notifications/progress"]
+        assert len(progress) >= 3
+        assert seen[-1]["id"] == 11 and seen[-1]["result"]["content"][0]["text"] == "done"
+        c.delete()
+
+
+def test_server_to_client_request_crosses_and_answer_returns(fake_router: RouterThread) -> None:
+    """The worker asks roots/list (on the GET stream) mid-call; the client's answer crosses back."""
+    with RawClient(fake_router.url) as c:
+        c.initialize()
+        answered = threading.Event()
+        opened = threading.Event()
+
+        def answer_roots() -> None:
+            headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or ""}
+            with httpx.Client(timeout=30) as http, http.stream("GET", c.url, headers=headers) as r:
+                opened.set()
+                for message in iter_sse(r):
+                    if message.get("method") == "roots/list":
+                        answer = {
+                            "jsonrpc": "2.0",
+                            "id": message["id"],
+                            "result": {"roots": [{"uri": "file:///tmp/project", "name": "p"}]},
+                        }
+                        with RawClient(fake_router.url) as other:
+                            other.session_id = c.session_id
+                            assert other.post(answer).status_code == 202
+                        answered.set()
+                        return
+
+        reader = threading.Thread(target=answer_roots, daemon=True)
+        reader.start()
+        assert opened.wait(10)
+        assert c.text("roots") == "file:///tmp/project"
+        assert answered.is_set()
+        reader.join(timeout=10)
+        c.delete()
+
+
+def test_get_stream_sends_keepalives_and_closes_upstream_when_client_goes(tmp_path: Path) -> None:
+    settings = router_settings(tmp_path, keepalive_interval=0.2)
+    with RouterThread(settings) as router, RawClient(router.url) as c:
+        c.initialize()
+        headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or ""}
+        comments = 0
+        with c.http.stream("GET", c.url, headers=headers) as r:
+            assert r.status_code == 200
+            assert r.headers["x-accel-buffering"] == "no"
+            for message in iter_sse(r):
+                if "comment" in message:
+                    comments += 1
+                if comments >= 2:
+                    break
+        assert comments >= 2
+        session = router.manager.sessions.get(c.session_id)
+        connection = session.connection
+        # The upstream GET is released once the client has gone, so the pool has no active stream.
+        wait_for(lambda: _active_connections(connection.client) == 0, timeout=5)
+        assert c.delete().status_code == 200
+
+
+def _active_connections(client: httpx.AsyncClient) -> int:
+    pool = client._transport._pool  # type: ignore[attr-defined]
+    return sum(1 for conn in pool.connections if not conn.is_idle())
+
+
+def test_get_stream_carries_server_notifications(fake_router: RouterThread) -> None:
+    """A notification not tied to a request (here: a log from a concurrent call) may use GET."""
+    with RawClient(fake_router.url) as c:
+        c.initialize()
+        headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or ""}
+        opened = threading.Event()
+        with c.http.stream("GET", c.url, headers=headers) as r:
+            assert r.status_code == 200
+            opened.set()
+            assert c.text("log_then_answer") == "answered"
+        c.delete()
+
+
+def test_concurrent_sessions_do_not_share_workers(fake_router: RouterThread) -> None:
+    clients = [RawClient(fake_router.url) for _ in range(5)]
+    try:
+        for i, c in enumerate(clients):
+            c.initialize()
+            c.text("remember", key="k", value=f"v{i}")
+        pids = set()
+        for i, c in enumerate(clients):
+            assert c.text("recall", key="k") == f"v{i}"
+            pids.add(c.text("whoami"))
+        assert len(pids) == 5
+    finally:
+        for c in clients:
+            c.delete()
+            c.close()
