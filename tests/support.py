@@ -176,7 +176,7 @@ class RawClient:
 def iter_sse(response: httpx.Response) -> Iterator[dict[str, Any]]:
     buffer = ""
     for chunk in response.iter_text():
-        buffer += chunk
+        buffer = (buffer + chunk).replace("\r\n", "\n")
         while "\n\n" in buffer:
             event, buffer = buffer.split("\n\n", 1)
             data = [line[5:].lstrip() for line in event.split("\n") if line.startswith("data:")]

@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from router import schema
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def test_connect_creates_wal_file_at_current_version(tmp_path: Path) -> None:
+    db = tmp_path / "sub" / "router.db"
+    conn = schema.connect(db)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+        assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == schema.BUSY_TIMEOUT_MS
+        assert schema.user_version(conn) == schema.SCHEMA_VERSION >= 1
+        assert {"sessions", "requests", "responses", "console_logs", "diff_cursors",
+                "recorder_failures"} <= _tables(conn)
+        indices = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert {"requests_session_ts", "requests_ts", "responses_ts", "console_logs_ts"} <= indices
+    finally:
+        conn.close()
+    # WAL is a property of the file: a fresh plain connection sees it.
+    plain = sqlite3.connect(db)
+    try:
+        assert plain.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        plain.close()
+
+
+def test_migrating_twice_is_a_no_op(tmp_path: Path) -> None:
+    conn = schema.connect(tmp_path / "r.db")
+    try:
+        conn.execute("INSERT INTO sessions (id, created, last_activity, state) VALUES ('s', 1, 1, 'active')")
+        before = conn.execute("SELECT sql FROM sqlite_master ORDER BY name").fetchall()
+        assert schema.migrate(conn) == schema.SCHEMA_VERSION
+        assert schema.migrate(conn) == schema.SCHEMA_VERSION
+        assert conn.execute("SELECT sql FROM sqlite_master ORDER BY name").fetchall() == before
+        assert conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == 1
+    finally:
+        conn.close()
+
+
+def test_v0_empty_file_migrates(tmp_path: Path) -> None:
+    db = tmp_path / "empty.db"
+    db.write_bytes(b"")  # a zero-byte file is a valid, empty v0 database
+    conn = schema.connect(db)
+    try:
+        assert schema.user_version(conn) == schema.SCHEMA_VERSION
+        assert "responses" in _tables(conn)
+    finally:
+        conn.close()
+
+
+def test_failed_migration_leaves_previous_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    conn = sqlite3.connect(tmp_path / "r.db", isolation_level=None)
+    try:
+        broken = (schema.MIGRATIONS[0][0], "THIS IS NOT SQL")
+        monkeypatch.setattr(schema, "MIGRATIONS", (broken,))
+        with pytest.raises(sqlite3.OperationalError):
+            schema.migrate(conn)
+        assert schema.user_version(conn) == 0
+        assert "sessions" not in _tables(conn)  # the first statement was rolled back too
+    finally:
+        conn.close()
+
+
+def test_newer_file_is_refused(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "r.db", isolation_level=None)
+    try:
+        conn.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION + 1}")
+        with pytest.raises(schema.SchemaTooNew):
+            schema.migrate(conn)
+    finally:
+        conn.close()

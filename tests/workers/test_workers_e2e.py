@@ -1,0 +1,143 @@
+"""The real @playwright/mcp worker and Chromium, through the default template."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import threading
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from workers_testlib import async_wait_for
+
+from workers import orphans
+from workers.spec import WorkerSpec, default_cli_path
+from workers.supervisor import Supervisor, Worker
+
+BROWSER = shutil.which("chromium") or "/usr/bin/chromium"
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not Path(BROWSER).exists(), reason="no chromium"),
+    pytest.mark.skipif(not default_cli_path().exists(), reason="npm ci not run in workers/"),
+    pytest.mark.skipif(shutil.which("node") is None, reason="no node"),
+]
+PAGE = b"<!doctype html><title>workers e2e</title><h1>hello from the test</h1>"
+
+
+class _Page(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(PAGE)))
+        self.end_headers()
+        self.wfile.write(PAGE)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def page_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _rpc_result(resp: httpx.Response) -> dict[str, Any]:
+    assert resp.status_code == 200, resp.text
+    if resp.headers["content-type"].startswith("text/event-stream"):
+        data = [line[5:].strip() for line in resp.text.splitlines() if line.startswith("data:")]
+        message: dict[str, Any] = json.loads(data[-1])
+    else:
+        message = resp.json()
+    assert "result" in message, message
+    result: dict[str, Any] = message["result"]
+    return result
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+async def _navigate(worker: Worker, url: str) -> str:
+    headers = {
+        "Host": worker.host_header,
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
+    async with httpx.AsyncClient(timeout=30) as client:
+        init = {
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "workers-e2e", "version": "0"}},
+        }  # fmt: skip
+        resp = await client.post(worker.url, headers=headers, json=init)
+        assert _rpc_result(resp)["serverInfo"]["name"] == "Playwright"
+        headers["Mcp-Session-Id"] = resp.headers["mcp-session-id"]
+        headers["MCP-Protocol-Version"] = "2025-06-18"
+        note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert (await client.post(worker.url, headers=headers, json=note)).status_code == 202
+        call = {
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "browser_navigate", "arguments": {"url": url}},
+        }  # fmt: skip
+        text: str = _rpc_result(await client.post(worker.url, headers=headers, json=call))["content"][0][
+            "text"
+        ]
+        return text
+
+
+async def test_real_worker_navigates_and_leaves_nothing(state_dir: Path, page_url: str) -> None:
+    sup = Supervisor(spec=WorkerSpec(), state_dir=state_dir, browser=BROWSER, cli=str(default_cli_path()))
+    sid = "e2e-" + uuid.uuid4().hex
+    exits: list[tuple[int, bool]] = []
+    sup.add_exit_listener(lambda w, rc: exits.append((rc, w.stopping)))
+    async with sup.run():
+        worker = await sup.spawn(sid)
+        text = await _navigate(worker, page_url)
+        assert "workers e2e" in text  # the page title
+        assert str(worker.output_dir) in text  # --file-paths absolute, under our output dir
+
+        tree = orphans.processes_for(state_dir, sid)
+        comms = {_comm(pid) for pid in tree}
+        assert {"node", "chromium"} <= comms, comms
+        # Chromium runs in a session of its own, apart from node's group: a group kill alone
+        # would miss it; processes_for finds it by marker, group and profile flag.
+        chromium_groups = {_pgid(p) for p in tree if _comm(p) == "chromium"}
+        assert worker.pgid not in chromium_groups
+
+        with anyio.fail_after(10):
+            await sup.stop(sid)
+        assert exits == [(worker.returncode, True)]
+        await async_wait_for(lambda: orphans.processes_for(state_dir) == [], within=10)
+
+        # A crash (kill -9 of node alone): detected at once, and Chromium does not outlive it.
+        crashed = await sup.spawn(sid)
+        assert "workers e2e" in await _navigate(crashed, page_url)
+        os.kill(crashed.pid, signal.SIGKILL)
+        with anyio.fail_after(10):
+            assert await crashed.wait_exited() == -signal.SIGKILL
+        assert exits[-1] == (-signal.SIGKILL, False)
+        await async_wait_for(lambda: orphans.processes_for(state_dir) == [], within=10)

@@ -1,0 +1,69 @@
+"""Restart policy per session (issue 4): at most N restarts in a sliding window, with backoff.
+
+Pure logic with an injectable clock, so the router decides when to respawn and tests need no
+sleeping. Past the budget a session is "degraded": answer 503 with ``retry_after()``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+
+__all__ = ["RestartBudget"]
+
+
+class RestartBudget:
+    def __init__(
+        self,
+        max_restarts: int = 3,
+        window: float = 300.0,
+        backoff: Sequence[float] = (1.0, 2.0, 4.0),
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_restarts < 0 or window <= 0 or not backoff:
+            raise ValueError("need max_restarts >= 0, window > 0 and at least one backoff step")
+        self.max_restarts = max_restarts
+        self.window = window
+        self.backoff = tuple(backoff)
+        self._clock = clock
+        self._restarts: deque[float] = deque()
+
+    def _prune(self) -> float:
+        now = self._clock()
+        while self._restarts and now - self._restarts[0] >= self.window:
+            self._restarts.popleft()
+        return now
+
+    @property
+    def recent(self) -> int:
+        """Restarts inside the current window."""
+        self._prune()
+        return len(self._restarts)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.recent >= self.max_restarts
+
+    def next_delay(self) -> float | None:
+        """Seconds to wait before the next restart, or None when the budget is spent."""
+        count = self.recent
+        if count >= self.max_restarts:
+            return None
+        return self.backoff[min(count, len(self.backoff) - 1)]
+
+    def record_restart(self) -> None:
+        self._restarts.append(self._prune())
+
+    def retry_after(self) -> float:
+        """Seconds until a restart is allowed again (0 when one is allowed now)."""
+        now = self._prune()
+        if len(self._restarts) < self.max_restarts:
+            return 0.0
+        # The budget reopens when enough of the oldest restarts have left the window.
+        oldest_that_must_expire = self._restarts[len(self._restarts) - self.max_restarts]
+        return max(0.0, oldest_that_must_expire + self.window - now)
+
+    def reset(self) -> None:
+        self._restarts.clear()

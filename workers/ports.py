@@ -1,0 +1,94 @@
+"""Session id → worker port, with collision probing.
+
+The port is derived from the session id so that a restarted router (or a human reading logs)
+finds the same worker port for the same id; probing only moves it when something else holds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import threading
+from collections.abc import Callable, Collection
+
+from ._exceptions import NoPortAvailable
+
+__all__ = ["PORT_MIN", "PORT_SPAN", "PortAllocator", "derive_port", "port_is_bindable"]
+
+PORT_MIN, PORT_SPAN = 20000, 20000
+LOOPBACK = "127.0.0.1"
+
+
+def derive_port(session_id: str) -> int:
+    digest = hashlib.sha256(session_id.encode("utf-8")).hexdigest()
+    return PORT_MIN + int(digest[:4], 16) % PORT_SPAN
+
+
+def port_is_bindable(port: int, host: str = LOOPBACK) -> bool:
+    """True when we could bind ``host:port`` right now.
+
+    SO_REUSEADDR stays off on purpose: that makes the probe stricter than the worker's own bind
+    (libuv sets it), so a port that passes here will not fail there for the same reason.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class PortAllocator:
+    """Hands out ports to live sessions; one per supervisor, no module state.
+
+    A lock (not asyncio) guards the table because the bind probe is synchronous and cheap, and a
+    threading lock keeps it correct whether callers are coroutines or threads.
+    """
+
+    def __init__(
+        self,
+        *,
+        port_min: int = PORT_MIN,
+        span: int = PORT_SPAN,
+        is_free: Callable[[int], bool] = port_is_bindable,
+    ) -> None:
+        if span <= 0:
+            raise ValueError("span must be positive")
+        self._min = port_min
+        self._span = span
+        self._is_free = is_free
+        self._held: dict[int, str] = {}
+        self._lock = threading.Lock()
+
+    def derive(self, session_id: str) -> int:
+        digest = hashlib.sha256(session_id.encode("utf-8")).hexdigest()
+        return self._min + int(digest[:4], 16) % self._span
+
+    def allocate(self, session_id: str, *, exclude: Collection[int] = ()) -> int:
+        """The derived port, or the next one onward (wrapping) that is neither held nor busy.
+
+        ``exclude`` lets a caller skip a port that just failed at the worker's own bind.
+        """
+        start = self.derive(session_id) - self._min
+        with self._lock:
+            for step in range(self._span):
+                port = self._min + (start + step) % self._span
+                if port in self._held or port in exclude:
+                    continue
+                if not self._is_free(port):
+                    continue
+                self._held[port] = session_id
+                return port
+        raise NoPortAvailable(
+            f"no free port in {self._min}-{self._min + self._span - 1}", session_id=session_id
+        )
+
+    def release(self, port: int) -> None:
+        with self._lock:
+            self._held.pop(port, None)
+
+    def held(self) -> dict[int, str]:
+        """A copy of port → session id, for diagnostics."""
+        with self._lock:
+            return dict(self._held)
