@@ -303,6 +303,7 @@ def _body_writer(send: Send) -> Callable[[bytes], Awaitable[None]]:
 
 async def _until_disconnect(receive: Receive, work: Awaitable[None]) -> None:
     """Runs the stream until it ends or the client goes; then the upstream is closed by the caller."""
+    failure: list[Exception] = []
     async with anyio.create_task_group() as tg:
 
         async def watch() -> None:
@@ -311,6 +312,10 @@ async def _until_disconnect(receive: Receive, work: Awaitable[None]) -> None:
             tg.cancel_scope.cancel()
 
         tg.start_soon(watch)
-        await work
+        try:
+            await work
+        except Exception as exc:  # re-raised outside the task group, so callers see it unwrapped
+            failure.append(exc)
         tg.cancel_scope.cancel()
-
+    if failure:
+        raise failure[0]

@@ -74,11 +74,15 @@ async def relay(
     A coroutine rather than a generator, so the task group never spans a yield.
     """
     send, receive = anyio.create_memory_object_stream[bytes](1)
+    failure: list[Exception] = []
 
     async def pump() -> None:
         async with send:
-            async for event in events:
-                await send.send(event)
+            try:
+                async for event in events:
+                    await send.send(event)
+            except Exception as exc:  # re-raised below, outside the task group, unwrapped
+                failure.append(exc)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(pump)
@@ -88,8 +92,10 @@ async def relay(
                     try:
                         item = await receive.receive()
                     except anyio.EndOfStream:
-                        return
+                        break
                 if scope.cancelled_caught:
                     await write(KEEPALIVE_COMMENT)
                 else:
                     await write(item)
+    if failure:
+        raise failure[0]

@@ -8,6 +8,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from router.recorder import BATCH_MAX, Recorder
 from tests.recorder.conftest import Answers
 
@@ -182,7 +184,8 @@ async def test_startup_marks_live_sessions_interrupted(db_path: Path) -> None:
 
 
 async def test_retention_prunes_old_rows_but_not_live_sessions(db_path: Path) -> None:
-    rec = Recorder(db_path, retention_days=30)
+    seen: list[list[str]] = []
+    rec = Recorder(db_path, retention_days=30, on_pruned=seen.append)
     async with rec.run():
         rec.session_opened("old", client_info=None, protocol_version=None, port=1, pid=2)
         rec.session_opened("live", client_info=None, protocol_version=None, port=3, pid=4)
@@ -193,7 +196,7 @@ async def test_retention_prunes_old_rows_but_not_live_sessions(db_path: Path) ->
         assert await rec.prune() == []  # nothing is 30 days old yet
         assert _count(db_path, "responses") == 2
         pruned = await rec.prune(now=time.time() + 31 * 86400)
-        assert pruned == ["old"]
+        assert pruned == ["old"] and seen == [["old"]]
         for table in ("requests", "responses", "console_logs"):
             assert _count(db_path, table) == 0
         assert [r[0] for r in _query(db_path, "SELECT id FROM sessions")] == ["live"]
@@ -207,3 +210,15 @@ async def test_enqueued_before_run_is_written_and_after_run_is_kept_off_disk(db_
         assert _query(db_path, "SELECT ref_id FROM responses") == [("early",)]
     _call(rec, "s", "late")  # must not raise once stopped
     await rec.flush()
+
+
+async def test_cancelled_lifespan_still_drains_the_queue(db_path: Path) -> None:
+    rec = Recorder(db_path)
+    with anyio.CancelScope() as scope:
+        async with rec.run():
+            for i in range(100):
+                _call(rec, "s", f"c{i}")
+            scope.cancel()  # no await since the enqueues: the writer has not seen them yet
+            await anyio.sleep_forever()
+    assert scope.cancelled_caught
+    assert _count(db_path, "responses") == 100

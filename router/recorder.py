@@ -1,0 +1,403 @@
+"""The record: one writer task puts every exchange into SQLite without slowing the proxy.
+
+The proxy calls the enqueue methods (``session_opened``, ``request``, ``response``...). They are
+synchronous, append to an in-memory deque and return: no await, no disk, no exception, so a full or
+locked disk can never fail or delay a client's call. One writer task drains the deque in batches;
+each batch is one transaction on a plain ``sqlite3`` connection owned by a single dedicated thread
+(one thread hop per batch — aiosqlite would cost a hop per statement). JSON encoding, reading the
+worker's linked snapshot/console files and console normalisation also happen on that thread.
+
+Durability: WAL + synchronous=NORMAL, commit after every batch. A committed batch survives SIGKILL
+of the router. The writer wakes as soon as something is enqueued, so a row is on disk a few ms
+after the call; a caller that must not answer before the row is durable awaits ``flush()``.
+
+Must be used from the event loop thread only (the enqueue methods are not thread-safe).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import anyio
+
+from router import schema
+from router.records import Records
+from router.snapshots import extract, normalize_console
+
+__all__ = ["Recorder", "normalize_console"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+BATCH_MAX: Final = 512
+PRUNE_EVERY_S: Final = 3600.0
+SHUTDOWN_DRAIN_S: Final = 10.0
+MAX_PENDING_FAILURES: Final = 100
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    kind: str  # "open" | "state" | "activity" | "request" | "response"
+    ts: float
+    key: str  # session id or ref_id, for failure messages
+    data: tuple[Any, ...]
+
+
+def _json(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+class Recorder:
+    def __init__(
+        self, db_path: Path, *, retention_days: float = 30.0, queue_max: int = 10_000,
+        on_pruned: Callable[[list[str]], None] | None = None,
+    ) -> None:
+        """``on_pruned(session_ids)`` runs after each prune that deleted sessions (start-up, hourly,
+        explicit), so the owner can remove their ``sessions/<id>`` directories."""
+        self.db_path = Path(db_path)
+        self.on_pruned = on_pruned
+        self.retention_days = retention_days
+        self.queue_max = queue_max
+        self.dropped = 0  # items refused because the queue was full
+        self.failures = 0  # items that reached the writer but could not be written
+        self.written = 0
+        self.batches = 0  # committed batch transactions
+        self.records: Records | None = None  # read side, set while run() is active
+        self._queue: deque[_Item] = deque()
+        self._enqueued = 0  # sequence numbers: flush() waits until _done catches up
+        self._done = 0
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._wake = asyncio.Event()
+        self._writer_task: asyncio.Task[None] | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn: sqlite3.Connection | None = None
+        # Touched only on the writer thread: failures waiting to be written to recorder_failures.
+        self._pending_failures: deque[tuple[float, str, str]] = deque(maxlen=MAX_PENDING_FAILURES)
+        self._dropped_reported = 0
+
+    # ---------------------------------------------------------------- enqueue (proxy hot path)
+
+    def session_opened(
+        self, session_id: str, *, client_info: Mapping[str, Any] | None, protocol_version: str | None,
+        port: int | None, pid: int | None, metadata: Mapping[str, Any] | None = None,
+        parent_id: str | None = None,
+    ) -> None:
+        """A session got a worker (first spawn, or a respawn: port/pid are updated, state -> active)."""
+        self._put("open", session_id, (client_info, protocol_version, port, pid, metadata, parent_id))
+
+    def session_state(self, session_id: str, state: str) -> None:
+        """See schema.SESSION_STATES."""
+        self._put("state", session_id, (state,))
+
+    def session_activity(self, session_id: str) -> None:
+        self._put("activity", session_id, ())
+
+    def request(
+        self, ref_id: str, session_id: str, method: str, tool: str | None, params: Any
+    ) -> None:
+        """Every client->worker request. Also bumps the session's last_activity."""
+        self._put("request", ref_id, (session_id, method, tool, params))
+
+    def response(
+        self, ref_id: str, *, status: str, result: Any, page_snapshot: str | None = None,
+        console_logs: Sequence[str] | None = None, error: str | None = None, duration_ms: float,
+        output_dir: Path | None = None, cwd: Path | None = None,
+    ) -> None:
+        """The answer to ``request(ref_id, ...)``. ``status`` is 'success' or 'error'.
+
+        ``result``: the worker's JSON-RPC result/error as bytes or str (stored verbatim) or as the
+        parsed object (JSON-encoded on the writer thread; do not mutate it afterwards).
+        With ``output_dir`` (the worker's output dir) and no explicit snapshot/console, the writer
+        thread extracts them from the answer, reading linked files inside that dir only.
+        """
+        self._put(
+            "response", ref_id,
+            (status, result, page_snapshot, console_logs, error, duration_ms, output_dir, cwd),
+        )
+
+    def _put(self, kind: str, key: str, data: tuple[Any, ...]) -> None:
+        try:
+            if len(self._queue) >= self.queue_max:
+                self.dropped += 1  # reported as a recorder_failures row by the next batch
+                return
+            self._queue.append(_Item(kind, time.time(), key, data))
+            self._enqueued += 1
+            self._wake.set()
+        except Exception:  # the proxy path must never see a recording problem
+            log.exception("recorder: enqueue failed")
+
+    @property
+    def queue_len(self) -> int:
+        return len(self._queue)
+
+    # ---------------------------------------------------------------- lifecycle
+
+    @asynccontextmanager
+    async def run(self) -> AsyncIterator[Recorder]:
+        """Open (create, migrate) the file, mark sessions a dead run left live as 'interrupted',
+        prune, then write until exit; on exit drain what is queued (bounded time)."""
+        loop = asyncio.get_running_loop()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recorder")
+        self._wake = asyncio.Event()  # bound to this loop
+        try:
+            self._conn = await loop.run_in_executor(self._executor, schema.connect, self.db_path)
+            interrupted = await self.call_in_writer(schema.mark_interrupted)
+            if interrupted:
+                log.warning("recorder: %d session(s) of a previous run marked interrupted", interrupted)
+            await self.prune()
+            async with Records.open(self.db_path, before_read=self.flush) as records:
+                self.records = records
+                self._writer_task = asyncio.create_task(self._writer(), name="recorder-writer")
+                pruner = asyncio.create_task(self._prune_loop(), name="recorder-pruner")
+                try:
+                    yield self
+                finally:
+                    # Shielded: the lifespan may be exiting because of a cancellation, and what is
+                    # queued is exactly the record of the last calls.
+                    with anyio.CancelScope(shield=True):
+                        pruner.cancel()
+                        with anyio.move_on_after(SHUTDOWN_DRAIN_S):
+                            await self.flush()
+                        self._writer_task.cancel()
+                        await asyncio.gather(self._writer_task, pruner, return_exceptions=True)
+                        self._writer_task = None
+                        self.records = None
+                    if self._queue:
+                        log.warning("recorder: %d item(s) not written at shutdown", len(self._queue))
+        finally:
+            conn, self._conn = self._conn, None
+            with anyio.CancelScope(shield=True):
+                if conn is not None:
+                    await loop.run_in_executor(self._executor, conn.close)
+                self._executor.shutdown(wait=True)
+            self._executor = None
+
+    async def flush(self) -> None:
+        """Wait until everything enqueued before this call is committed (or failed and counted)."""
+        target = self._enqueued
+        if self._done >= target or self._writer_task is None or self._writer_task.done():
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((target, fut))
+        await fut
+
+    def _notify(self, everyone: bool = False) -> None:
+        keep = []
+        for target, fut in self._waiters:
+            if everyone or self._done >= target:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                keep.append((target, fut))
+        self._waiters = keep
+
+    async def call_in_writer(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` on the writer thread, serialised with the batches (prune, tests)."""
+        if self._executor is None or self._conn is None:
+            raise RuntimeError("recorder is not running")
+        conn = self._conn
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, conn)
+
+    async def _writer(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                if not self._queue:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                batch = [self._queue.popleft() for _ in range(min(len(self._queue), BATCH_MAX))]
+                try:
+                    await loop.run_in_executor(self._executor, self._write_batch, batch)
+                finally:
+                    # Even when cancelled here the thread finishes the batch; count it handled.
+                    self._done += len(batch)
+                    self._notify()
+        finally:
+            self._notify(everyone=True)  # nobody may wait forever on a stopped writer
+
+    async def prune(self, now: float | None = None) -> list[str]:
+        """Delete rows older than retention_days. Returns the ids of the sessions deleted, so the
+        caller can remove their ``sessions/<id>`` directories."""
+        cutoff = (time.time() if now is None else now) - self.retention_days * 86400.0
+        try:
+            ids = await self.call_in_writer(lambda conn: schema.prune(conn, cutoff))
+        except Exception as exc:
+            log.warning("recorder: prune failed: %s", exc)
+            return []
+        if ids and self.on_pruned is not None:
+            try:
+                self.on_pruned(ids)
+            except Exception:
+                log.exception("recorder: on_pruned callback failed")
+        return ids
+
+    async def _prune_loop(self) -> None:
+        while True:
+            await asyncio.sleep(PRUNE_EVERY_S)  # a timer, not synchronisation
+            pruned = await self.prune()
+            if pruned:
+                log.info("recorder: pruned %d session(s)", len(pruned))
+
+    # ---------------------------------------------------------------- writer thread
+
+    def _write_batch(self, batch: list[_Item]) -> None:
+        """One transaction for the batch. Never raises: a failure is counted, logged and kept for
+        the recorder_failures table (written by a later batch once the disk accepts writes)."""
+        conn = self._conn
+        assert conn is not None
+        if self.dropped > self._dropped_reported:
+            n = self.dropped - self._dropped_reported
+            self._dropped_reported = self.dropped
+            self._note_failure("queue full", f"{n} item(s) dropped (total {self.dropped})")
+        try:
+            conn.execute("BEGIN")
+            for item in batch:
+                self._apply(conn, item)
+            self._flush_failures(conn)
+            conn.execute("COMMIT")
+            self.written += len(batch)
+            self.batches += 1
+            self._pending_failures.clear()
+            return
+        except sqlite3.OperationalError as exc:
+            # Disk full, read-only, locked past busy_timeout: retrying row by row would fail the
+            # same way, so the whole batch is counted once.
+            _rollback(conn)
+            self.failures += len(batch)
+            self._note_failure(f"batch of {len(batch)}", repr(exc))
+            log.warning("recorder: batch of %d not written: %s", len(batch), exc)
+            return
+        except Exception:
+            _rollback(conn)
+        # Some row is bad (duplicate ref_id, bad status...): isolate it, keep the others.
+        for item in batch:
+            try:
+                conn.execute("BEGIN")
+                self._apply(conn, item)
+                conn.execute("COMMIT")
+                self.written += 1
+            except Exception as exc:
+                _rollback(conn)
+                self.failures += 1
+                self._note_failure(f"{item.kind} {item.key}", repr(exc))
+                log.warning("recorder: %s %s not written: %s", item.kind, item.key, exc)
+        try:
+            conn.execute("BEGIN")
+            self._flush_failures(conn)
+            conn.execute("COMMIT")
+            self._pending_failures.clear()
+        except Exception:
+            _rollback(conn)
+
+    def _note_failure(self, what: str, error: str) -> None:
+        self._pending_failures.append((time.time(), what, error))
+
+    def _flush_failures(self, conn: sqlite3.Connection) -> None:
+        conn.executemany(
+            "INSERT INTO recorder_failures (ts, what, error) VALUES (?, ?, ?)", list(self._pending_failures)
+        )
+
+    def _apply(self, conn: sqlite3.Connection, item: _Item) -> None:
+        ts, key, d = item.ts, item.key, item.data
+        if item.kind == "open":
+            client_info, protocol_version, port, pid, metadata, parent_id = d
+            conn.execute(
+                """INSERT INTO sessions (id, created, last_activity, state, client_info, protocol_version,
+                                         worker_port, worker_pid, metadata, parent_id)
+                   VALUES (?, ?, ?, 'active', ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (id) DO UPDATE SET
+                     state = 'active', last_activity = max(last_activity, excluded.last_activity),
+                     client_info = coalesce(excluded.client_info, client_info),
+                     protocol_version = coalesce(excluded.protocol_version, protocol_version),
+                     worker_port = excluded.worker_port, worker_pid = excluded.worker_pid,
+                     metadata = coalesce(excluded.metadata, metadata),
+                     parent_id = coalesce(excluded.parent_id, parent_id)""",
+                (key, ts, ts, _json(client_info), protocol_version, port, pid, _json(metadata), parent_id),
+            )
+        elif item.kind == "state":
+            # Upsert: a state change must not be lost because session_opened was dropped.
+            conn.execute(
+                """INSERT INTO sessions (id, created, last_activity, state) VALUES (?, ?, ?, ?)
+                   ON CONFLICT (id) DO UPDATE SET state = excluded.state""",
+                (key, ts, ts, d[0]),
+            )
+        elif item.kind == "activity":
+            conn.execute("UPDATE sessions SET last_activity = max(last_activity, ?) WHERE id = ?", (ts, key))
+        elif item.kind == "request":
+            session_id, method, tool, params = d
+            conn.execute(
+                """INSERT INTO requests (ref_id, session_id, method, tool, params, ts)
+                   VALUES (?, ?, ?, ?, ?, ?)""",
+                (key, session_id, method, tool, _json(params), ts),
+            )
+            conn.execute(
+                "UPDATE sessions SET last_activity = max(last_activity, ?) WHERE id = ?", (ts, session_id)
+            )
+        elif item.kind == "response":
+            self._apply_response(conn, item)
+        else:
+            raise ValueError(f"unknown item kind {item.kind!r}")
+
+    def _apply_response(self, conn: sqlite3.Connection, item: _Item) -> None:
+        status, result, page_snapshot, console_lines, error, duration_ms, output_dir, cwd = item.data
+        result_text = _json(result)
+        if output_dir is not None and (page_snapshot is None or console_lines is None):
+            parsed = _tool_result(result, result_text)
+            if parsed is not None:
+                ex = extract(parsed, Path(output_dir), cwd=cwd)
+                page_snapshot = ex.page_snapshot if page_snapshot is None else page_snapshot
+                if console_lines is None and ex.console_lines:
+                    console_lines = ex.console_lines
+        lines = list(console_lines) if console_lines else None
+        conn.execute(
+            """INSERT INTO responses (ref_id, status, result, page_snapshot, console_logs, error, ts,
+                                      duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
+            (item.key, status, result_text, page_snapshot, _json(lines), error, item.ts, duration_ms),
+        )
+        if lines:
+            conn.executemany(
+                "INSERT INTO console_logs (ref_id, level, message, location, ts) VALUES (?, ?, ?, ?, ?)",
+                [(item.key, e["level"], e["message"], _json(e["location"]), item.ts)
+                 for e in normalize_console(lines)],
+            )
+
+
+def _tool_result(result: Any, text: str | None) -> Mapping[str, Any] | None:
+    """The tools/call result object, whether given parsed or as JSON text, bare or inside the
+    whole JSON-RPC message."""
+    parsed: Any = result
+    if not isinstance(result, Mapping):
+        try:
+            parsed = json.loads(text) if text else None
+        except ValueError:
+            return None
+    if isinstance(parsed, Mapping) and "content" not in parsed and isinstance(parsed.get("result"), Mapping):
+        parsed = parsed["result"]
+    return parsed if isinstance(parsed, Mapping) else None
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    try:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass

@@ -1,0 +1,69 @@
+"""Plain-text tables for the CLI (``mcp-router sessions`` / ``show``). Input: the dicts of
+router.records; output: a string without a trailing newline."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime, tzinfo
+from typing import Any
+
+PARAMS_WIDTH = 60
+
+
+def format_ts(ts: float | None, tz: tzinfo | None = None) -> str:
+    """Local time by default (a person reads it); tests pass UTC."""
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, tz).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: frozenset[int]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        pairs = enumerate(zip(cells, widths, strict=True))
+        out = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in pairs]
+        return "  ".join(out).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def format_sessions_table(rows: Sequence[Mapping[str, Any]], *, tz: tzinfo | None = None) -> str:
+    if not rows:
+        return "no sessions recorded"
+    body = [
+        [
+            str(r["id"]), str(r["state"]), format_ts(r.get("created"), tz),
+            format_ts(r.get("last_activity"), tz), str(r.get("calls", 0)), str(r.get("errors", 0)),
+            str(r.get("client") or "-"),
+        ]
+        for r in rows
+    ]
+    headers = ["ID", "STATE", "CREATED", "LAST ACTIVITY", "CALLS", "ERRORS", "CLIENT"]
+    return _table(headers, body, frozenset({4, 5}))
+
+
+def _short(value: Any, width: int = PARAMS_WIDTH) -> str:
+    if value is None or value == {}:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def format_timeline(rows: Sequence[Mapping[str, Any]], *, tz: tzinfo | None = None) -> str:
+    """One line per request: time, ref_id, tool (or method), status, duration, arguments."""
+    if not rows:
+        return "no calls recorded"
+    body = []
+    for r in rows:
+        params = r.get("params")
+        args = params.get("arguments") if isinstance(params, Mapping) and r.get("tool") else params
+        duration = r.get("duration_ms")
+        body.append([
+            format_ts(r.get("ts"), tz), str(r["ref_id"]), str(r.get("tool") or r.get("method")),
+            str(r.get("status") or "pending"), "-" if duration is None else f"{duration:.0f} ms",
+            _short(r.get("error")) if r.get("status") == "error" and r.get("error") else _short(args),
+        ])
+    return _table(["TIME", "REF_ID", "CALL", "STATUS", "DURATION", "DETAIL"], body, frozenset({4}))

@@ -1,0 +1,205 @@
+"""SQLite schema of the record, its forward migrations, and the maintenance statements
+(start-up marking, retention) that run on the writer's connection.
+
+The schema version lives in ``PRAGMA user_version``. ``MIGRATIONS[i]`` takes the file from version
+``i`` to ``i + 1``; a migration is a tuple of single statements (not a script) so that it runs
+inside one explicit transaction together with the version bump: a crash half-way leaves the file
+at the previous version, never in between.
+
+Migrations run on a plain ``sqlite3`` connection. The recorder's writer owns such a connection on
+its own thread (one thread hop per batch instead of one per statement, which aiosqlite would cost),
+and the CLI can migrate without an event loop.
+
+Timestamps are REAL seconds since the epoch (``time.time()``): cheap to compare for retention and
+ordering; formatting is the reader's job.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Final
+
+# Session states. Not enforced by a CHECK constraint on purpose: other issues (resume, health) add
+# states, and widening a CHECK in SQLite means rebuilding the table.
+#   active       a worker serves the session now
+#   degraded     the session lives but its worker is unhealthy / restarting
+#   hibernated   the worker was stopped to save memory; the session may be resumed
+#   reaped       ended by the idle reaper
+#   closed       ended by the client (DELETE) or the router's shutdown
+#   error        ended because the worker could not be (re)started
+#   interrupted  a previous router run died (crash, SIGKILL) while the session was active or
+#                degraded; set at start-up. ``metadata.interrupted_from`` keeps the old state so
+#                that a resume feature can tell what it was.
+SESSION_STATES: Final = ("active", "degraded", "hibernated", "reaped", "closed", "error", "interrupted")
+LIVE_STATES: Final = ("active", "degraded")
+
+BUSY_TIMEOUT_MS: Final = 5000
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+    # 0 -> 1: initial schema.
+    (
+        """CREATE TABLE sessions (
+            id               TEXT PRIMARY KEY,
+            created          REAL NOT NULL,
+            last_activity    REAL NOT NULL,
+            state            TEXT NOT NULL,
+            client_info      TEXT,      -- JSON: clientInfo of initialize
+            protocol_version TEXT,
+            worker_port      INTEGER,
+            worker_pid       INTEGER,
+            metadata         TEXT,      -- JSON object
+            parent_id        TEXT       -- session that create_new_session started this one from
+        )""",
+        "CREATE INDEX sessions_last_activity ON sessions(last_activity)",
+        "CREATE INDEX sessions_parent ON sessions(parent_id)",
+        "CREATE INDEX sessions_state ON sessions(state)",
+        """CREATE TABLE requests (
+            ref_id     TEXT PRIMARY KEY,  -- UUID the router gives every client->worker request
+            session_id TEXT NOT NULL,
+            method     TEXT NOT NULL,
+            tool       TEXT,              -- params.name of tools/call, else NULL
+            params     TEXT,              -- JSON
+            ts         REAL NOT NULL
+        )""",
+        "CREATE INDEX requests_session_ts ON requests(session_id, ts)",
+        "CREATE INDEX requests_ts ON requests(ts)",
+        """CREATE TABLE responses (
+            ref_id        TEXT PRIMARY KEY,
+            status        TEXT NOT NULL CHECK (status IN ('success', 'error')),
+            result        TEXT,           -- JSON-RPC result or error exactly as the worker sent it
+            page_snapshot TEXT,           -- YAML exactly as produced (inline or linked file)
+            console_logs  TEXT,           -- JSON list of the raw console lines
+            error         TEXT,
+            ts            REAL NOT NULL,
+            duration_ms   REAL
+        )""",
+        "CREATE INDEX responses_ts ON responses(ts)",
+        """CREATE TABLE console_logs (
+            id       INTEGER PRIMARY KEY,
+            ref_id   TEXT NOT NULL,
+            level    TEXT NOT NULL CHECK (level IN ('debug', 'info', 'warn', 'error')),
+            message  TEXT NOT NULL,
+            location TEXT,                -- JSON {"url": ..., "line": ...} or NULL
+            ts       REAL NOT NULL
+        )""",
+        "CREATE INDEX console_logs_ref ON console_logs(ref_id)",
+        "CREATE INDEX console_logs_ts ON console_logs(ts)",
+        """CREATE TABLE diff_cursors (
+            session_id TEXT NOT NULL,
+            ref_id     TEXT NOT NULL,
+            last_text  TEXT NOT NULL,     -- what get_content last returned in full for this ref
+            updated    REAL NOT NULL,
+            PRIMARY KEY (session_id, ref_id)
+        )""",
+        "CREATE INDEX diff_cursors_updated ON diff_cursors(updated)",
+        """CREATE TABLE recorder_failures (
+            id    INTEGER PRIMARY KEY,
+            ts    REAL NOT NULL,
+            what  TEXT NOT NULL,
+            error TEXT NOT NULL
+        )""",
+        "CREATE INDEX recorder_failures_ts ON recorder_failures(ts)",
+    ),
+)
+
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+
+class SchemaTooNew(RuntimeError):
+    """The file was written by a newer mcp-router; refusing to guess at its layout."""
+
+
+def configure(conn: sqlite3.Connection) -> None:
+    """Per-connection settings. WAL lets readers (API, CLI) run while the writer commits;
+    synchronous=NORMAL in WAL loses nothing on a process kill (only on power loss) and skips an
+    fsync per commit, which is what keeps a commit per batch cheap."""
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+
+
+def connect(db_path: Path) -> sqlite3.Connection:
+    """A configured, migrated connection in autocommit mode (transactions are explicit).
+
+    ``check_same_thread=False`` because the recorder creates it on its writer thread through an
+    executor; it is still only ever used by that one thread.
+    """
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+    try:
+        configure(conn)
+        migrate(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def user_version(conn: sqlite3.Connection) -> int:
+    row = conn.execute("PRAGMA user_version").fetchone()
+    return int(row[0])
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Bring the file to SCHEMA_VERSION; a no-op when it is there already. Returns the version.
+
+    Each step re-reads the version under ``BEGIN IMMEDIATE`` (the write lock), so two processes
+    migrating the same file at once cannot both apply a step.
+    """
+    found = user_version(conn)
+    if found > SCHEMA_VERSION:
+        raise SchemaTooNew(f"database schema v{found} is newer than this code (v{SCHEMA_VERSION})")
+    for target, statements in enumerate(MIGRATIONS, start=1):
+        if user_version(conn) >= target:
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if user_version(conn) < target:
+                for statement in statements:
+                    conn.execute(statement)
+                # PRAGMA takes no parameters; target is an int from enumerate.
+                conn.execute(f"PRAGMA user_version = {target}")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    return user_version(conn)
+
+
+def mark_interrupted(conn: sqlite3.Connection) -> int:
+    """At start-up: sessions still live in the file belong to a run that died (nothing serves them
+    now). Their rows and history stay; only the state changes. Returns how many."""
+    placeholders = ", ".join("?" for _ in LIVE_STATES)
+    cur = conn.execute(
+        f"""UPDATE sessions SET
+              metadata = json_set(CASE WHEN json_valid(metadata) THEN metadata ELSE '{{}}' END,
+                                  '$.interrupted_from', state),
+              state = 'interrupted'
+            WHERE state IN ({placeholders})""",
+        LIVE_STATES,
+    )
+    return cur.rowcount
+
+
+def prune(conn: sqlite3.Connection, cutoff: float) -> list[str]:
+    """Delete rows older than ``cutoff`` (epoch seconds) and the ended sessions idle since before
+    it; live sessions stay whatever their age. Returns the deleted session ids."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        placeholders = ", ".join("?" for _ in LIVE_STATES)
+        ids = [r[0] for r in conn.execute(
+            f"SELECT id FROM sessions WHERE last_activity < ? AND state NOT IN ({placeholders})",
+            (cutoff, *LIVE_STATES),
+        )]
+        conn.executemany("DELETE FROM sessions WHERE id = ?", [(i,) for i in ids])
+        for table, column in (("console_logs", "ts"), ("responses", "ts"), ("requests", "ts"),
+                              ("diff_cursors", "updated"), ("recorder_failures", "ts")):
+            conn.execute(f"DELETE FROM {table} WHERE {column} < ?", (cutoff,))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return ids

@@ -1,0 +1,346 @@
+"""Read @playwright/mcp answers: page snapshot, console entries, page facts; plus the text tools
+(diff, tree search, console formatting, compact summary).
+
+Pure functions. The only I/O is reading the files the worker links to (``page-*.yml``,
+``console-*.log``), and only files that resolve inside the session's output directory: the link
+text comes from a browser-driven process and must not make the router read arbitrary files.
+
+Answer format (0.0.83): one text part made of ``### `` sections — Error, Result, Ran Playwright
+code, Open tabs, Page (``- Page URL:``, ``- Page Title:``, ``- Console: N errors, M warnings``),
+Modal state, Snapshot (inline ```yaml block, or ``- [Snapshot](PATH)``), Events
+(``- New console entries: PATH#Lx-Ly``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, TypedDict
+
+MAX_FILE_BYTES: Final = 16 * 1024 * 1024  # a runaway snapshot must not exhaust the router's memory
+LEVELS: Final = ("debug", "info", "warn", "error")
+
+_SNAPSHOT_LINK = re.compile(r"^- \[Snapshot\]\((?P<path>.+)\)\s*$", re.M)
+_CONSOLE_LINK = re.compile(r"^- New console entries: (?P<path>.+?)#L(?P<a>\d+)(?:-L(?P<b>\d+))?\s*$", re.M)
+_COUNTS = re.compile(r"^- Console: (?P<e>\d+) errors?, (?P<w>\d+) warnings?", re.M)
+_URL = re.compile(r"^- Page URL: (?P<v>.*)$", re.M)
+_TITLE = re.compile(r"^- Page Title: (?P<v>.*)$", re.M)
+_YAML_BLOCK = re.compile(r"```yaml\n(?P<y>.*?)\n```", re.S)
+# "[ERROR] text @ url:line" as printed by Playwright's ConsoleMessage.toString().
+_LEVEL_PREFIX = re.compile(r"^\[(?P<t>[A-Za-z]+)\] ?")
+# Lines of console-*.log start with the time since the log began: "[      34ms] ".
+_LOG_TIME_PREFIX = re.compile(r"^\[\s*\d+ms\] ")
+_LOCATION = re.compile(r" @ (?P<url>\S*):(?P<line>\d+)$")
+
+# Playwright console types (upper-cased in the text) -> our four levels, mirroring the worker's own
+# consoleLevelForMessageType so that counts agree with its "- Console:" line.
+_TYPE_LEVEL: Final[Mapping[str, str]] = {
+    "ERROR": "error", "ASSERT": "error",
+    "WARNING": "warn", "WARN": "warn",
+    "DEBUG": "debug", "TRACE": "debug", "CLEAR": "debug", "ENDGROUP": "debug", "PROFILE": "debug",
+    "PROFILEEND": "debug", "STARTGROUP": "debug", "STARTGROUPCOLLAPSED": "debug",
+}  # everything else (LOG, INFO, DIR, TABLE, COUNT, TIME...) is info
+_KNOWN_TYPES: Final = frozenset(
+    [*_TYPE_LEVEL, "LOG", "INFO", "DIR", "DIRXML", "TABLE", "COUNT", "TIME", "TIMEEND"]
+)
+
+
+class ConsoleEntry(TypedDict):
+    level: str
+    message: str
+    location: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Extracted:
+    page_snapshot: str | None = None
+    console_lines: list[str] = field(default_factory=list)
+    page_url: str | None = None
+    page_title: str | None = None
+    console_errors: int | None = None
+    console_warnings: int | None = None
+    has_image: bool = False
+    is_error: bool = False
+    snapshot_link: str | None = None  # the raw link text, when the snapshot lives in a file
+    sections: dict[str, str] = field(default_factory=dict)
+
+
+def answer_text(result: Mapping[str, Any]) -> str:
+    """All text parts of a tools/call result, joined."""
+    content = result.get("content")
+    if not isinstance(content, list):
+        return ""
+    return "\n".join(
+        str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"
+    )
+
+
+def split_sections(text: str) -> dict[str, str]:
+    """``### Name`` -> body. Headings inside ``` fences (e.g. evaluated text) are not sections."""
+    sections: dict[str, str] = {}
+    name: str | None = None
+    body: list[str] = []
+    in_fence = False
+    for line in text.split("\n"):
+        if line.startswith("```"):
+            in_fence = not in_fence
+        if not in_fence and line.startswith("### "):
+            if name is not None:
+                sections[name] = "\n".join(body)
+            name, body = line[4:].strip(), []
+        elif name is not None:
+            body.append(line)
+    if name is not None:
+        sections[name] = "\n".join(body)
+    return sections
+
+
+def summarize(result: Mapping[str, Any]) -> Extracted:
+    """Everything that can be known without touching the disk (the proxy's compact mode uses it).
+    ``page_snapshot`` is set only when the YAML is inline."""
+    text = answer_text(result)
+    sections = split_sections(text)
+    page = sections.get("Page", "")
+    snap = sections.get("Snapshot", "")
+    inline = _YAML_BLOCK.search(snap)
+    link = _SNAPSHOT_LINK.search(snap)
+    counts = _COUNTS.search(page)
+    url, title = _URL.search(page), _TITLE.search(page)
+    content = result.get("content")
+    has_image = isinstance(content, list) and any(
+        isinstance(p, dict) and p.get("type") == "image" for p in content
+    )
+    return Extracted(
+        page_snapshot=inline.group("y") if inline else None,
+        console_lines=_inline_console_lines(sections.get("Result", "")),
+        page_url=url.group("v").strip() if url else None,
+        page_title=title.group("v").strip() if title else None,
+        console_errors=int(counts.group("e")) if counts else None,
+        console_warnings=int(counts.group("w")) if counts else None,
+        has_image=has_image,
+        is_error=bool(result.get("isError")) or "Error" in sections,
+        snapshot_link=link.group("path").strip() if link and not inline else None,
+        sections=sections,
+    )
+
+
+def extract(result: Mapping[str, Any], output_dir: Path, *, cwd: Path | None = None) -> Extracted:
+    """``summarize`` plus the linked snapshot file and console lines read from the output dir.
+
+    Relative links are resolved against ``cwd`` (the worker's working directory) when given, then
+    against the output dir's parent and the output dir itself; whatever the candidate, it is read
+    only if its real path lies inside ``output_dir``.
+    """
+    base = summarize(result)
+    snapshot = base.page_snapshot
+    if snapshot is None and base.snapshot_link:
+        snapshot = _read_inside(base.snapshot_link, output_dir, cwd)
+    console = list(base.console_lines)
+    for m in _CONSOLE_LINK.finditer(base.sections.get("Events", "")):
+        data = _read_inside(m.group("path"), output_dir, cwd)
+        if data is None:
+            continue
+        first = int(m.group("a"))
+        last = int(m.group("b") or first)
+        console.extend(data.split("\n")[first - 1 : last])
+    return Extracted(
+        page_snapshot=snapshot, console_lines=console, page_url=base.page_url,
+        page_title=base.page_title, console_errors=base.console_errors,
+        console_warnings=base.console_warnings, has_image=base.has_image, is_error=base.is_error,
+        snapshot_link=base.snapshot_link, sections=base.sections,
+    )
+
+
+def resolve_inside(raw: str, output_dir: Path, cwd: Path | None = None) -> Path | None:
+    """The file a worker link points to, or None if it does not exist inside ``output_dir``.
+    ``resolve()`` follows symlinks and ``..``, so neither can lead outside."""
+    try:
+        root = output_dir.resolve()
+        link = Path(raw)
+        if link.is_absolute():
+            candidates = [link]
+        else:
+            bases = [cwd] if cwd is not None else []
+            candidates = [b / link for b in [*bases, output_dir.parent, output_dir]]
+        for candidate in candidates:
+            real = candidate.resolve()
+            if real.is_relative_to(root) and real.is_file():
+                return real
+    except (OSError, ValueError, RuntimeError):
+        return None
+    return None
+
+
+def _read_inside(raw: str, output_dir: Path, cwd: Path | None) -> str | None:
+    path = resolve_inside(raw, output_dir, cwd)
+    if path is None:
+        return None
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES)
+    except OSError:
+        return None
+    return data.decode("utf-8", errors="replace")
+
+
+def _inline_console_lines(result_section: str) -> list[str]:
+    """browser_console_messages: a "Total messages" header, maybe a "Returning N" line, a blank
+    line, then one entry per line (multi-line texts continue on following lines)."""
+    lines = result_section.split("\n")
+    if not lines or not lines[0].startswith("Total messages:"):
+        return []
+    body = lines[1:]
+    if body and body[0].startswith("Returning "):
+        body = body[1:]
+    while body and not body[0].strip():
+        body = body[1:]
+    while body and not body[-1].strip():
+        body = body[:-1]
+    return body
+
+
+def normalize_console(lines: Iterable[str]) -> list[ConsoleEntry]:
+    """Raw console lines (inline or from console-*.log) -> entries with level, message, location.
+
+    A new entry starts at a ``[TYPE]`` prefix or at a log-file time prefix; other lines continue
+    the previous entry (multi-line messages, stack traces). An uncaught page error is printed as
+    its stack with no ``[TYPE]``: it counts as ``error``.
+    """
+    entries: list[tuple[str, list[str]]] = []
+    for raw in lines:
+        line = raw.rstrip("\r")
+        timed = _LOG_TIME_PREFIX.match(line)
+        if timed:
+            line = line[timed.end():]
+        typed = _LEVEL_PREFIX.match(line)
+        if typed and typed.group("t").upper() in _KNOWN_TYPES:
+            level = _TYPE_LEVEL.get(typed.group("t").upper(), "info")
+            entries.append((level, [line[typed.end():]]))
+        elif timed or not entries:
+            if not line.strip():
+                continue
+            entries.append(("error" if timed else "info", [line]))
+        else:
+            entries[-1][1].append(line)
+    out: list[ConsoleEntry] = []
+    for level, parts in entries:
+        message = "\n".join(parts)
+        location: dict[str, Any] | None = None
+        loc = _LOCATION.search(message)
+        if loc:
+            location = {"url": loc.group("url"), "line": int(loc.group("line"))}
+            message = message[: loc.start()]
+        out.append({"level": level, "message": message, "location": location})
+    return out
+
+
+
+def level_rank(level: str | None) -> int:
+    """Index in LEVELS; '' / None means everything. Accepts Playwright's 'warning'."""
+    if not level:
+        return 0
+    level = "warn" if level == "warning" else level
+    if level not in LEVELS:
+        raise ValueError(f"unknown level {level!r}; expected one of {', '.join(LEVELS)}")
+    return LEVELS.index(level)
+
+
+def format_console(entries: Iterable[Mapping[str, Any]], min_level: str | None = None) -> str:
+    """One entry per line: ``[error] message @ url:line``, entries below min_level left out."""
+    floor = level_rank(min_level)
+    lines = []
+    for e in entries:
+        level = str(e.get("level", "info"))
+        if level_rank(level) < floor:
+            continue
+        text = f"[{level}] {e.get('message', '')}"
+        loc = e.get("location")
+        if isinstance(loc, Mapping) and loc.get("url") is not None:
+            text += f" @ {loc['url']}:{loc.get('line', 0)}"
+        lines.append(text)
+    return "\n".join(lines)
+
+
+def line_diff(old: str, new: str, *, context: int = 1) -> str:
+    """Unified-style diff without the file header: ``@@`` hunks, ``-``/``+`` lines and a little
+    context. Empty when the texts are equal (get_content answers '' for "nothing changed")."""
+    if old == new:
+        return ""
+    diff = difflib.unified_diff(old.split("\n"), new.split("\n"), lineterm="", n=context)
+    return "\n".join(line for line in diff if not line.startswith(("---", "+++")))
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def search_tree(yaml_text: str, needle: str) -> str:
+    """Lines containing ``needle`` (case-insensitive) plus every ancestor line (the nearest line
+    above with less indentation, recursively), in document order, so the answer reads as a tree."""
+    if not needle:
+        return yaml_text
+    lines = yaml_text.split("\n")
+    low = needle.lower()
+    keep: set[int] = set()
+    for i, line in enumerate(lines):
+        if low not in line.lower():
+            continue
+        keep.add(i)
+        depth = _indent(line)
+        for j in range(i - 1, -1, -1):
+            if depth == 0:
+                break
+            if lines[j].strip() and _indent(lines[j]) < depth:
+                if j in keep:
+                    break  # its ancestors are kept already
+                keep.add(j)
+                depth = _indent(lines[j])
+    return "\n".join(lines[i] for i in sorted(keep))
+
+
+def search_diff(diff_text: str, needle: str) -> str:
+    """search_for applied to a line_diff: matching changed lines, each under its hunk header."""
+    if not needle:
+        return diff_text
+    low = needle.lower()
+    out: list[str] = []
+    header: str | None = None
+    for line in diff_text.split("\n"):
+        if line.startswith("@@"):
+            header = line
+        elif low in line.lower():
+            if header is not None:
+                out.append(header)
+                header = None
+            out.append(line)
+    return "\n".join(out)
+
+
+def compact_summary(ref_id: str, tool: str, extracted: Extracted) -> str:
+    """The short block compact mode sends instead of the worker's full answer."""
+    has_snapshot = extracted.page_snapshot is not None or extracted.snapshot_link is not None
+    lines = [f"ref_id: {ref_id}", f"tool: {tool}"]
+    if extracted.page_url is not None:
+        lines.append(f"page: {extracted.page_url}")
+    if extracted.page_title is not None:
+        lines.append(f"title: {extracted.page_title}")
+    lines.append(f"snapshot available: {'yes' if has_snapshot else 'no'}")
+    if extracted.console_errors is not None:
+        lines.append(
+            f"console: {extracted.console_errors} errors, {extracted.console_warnings or 0} warnings"
+            f" (get_console_content(ref_id=\"{ref_id}\") lists them)"
+        )
+    if has_snapshot:
+        lines.append(f'Call get_content(ref_id="{ref_id}") to read the page snapshot.')
+    return "\n".join(lines)
+
+
+def console_levels(lines: Sequence[str]) -> dict[str, int]:
+    """Counts per level, for summaries of recorded calls."""
+    counts = dict.fromkeys(LEVELS, 0)
+    for e in normalize_console(lines):
+        counts[e["level"]] += 1
+    return counts

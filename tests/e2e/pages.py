@@ -1,0 +1,64 @@
+"""Pages the end-to-end tests serve on 127.0.0.1 for the real browser."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+PAGES = {
+    "/": """<!doctype html><html><head><title>Home</title></head><body>
+<h1>Router test page</h1>
+<button id="b" onclick="console.error('clicked-error'); this.textContent='Clicked'">Click me</button>
+<a href="/second">Second page</a>
+</body></html>""",
+    "/second": """<!doctype html><html><head><title>Second</title></head><body>
+<p>This is the second page</p></body></html>""",
+    "/set": """<!doctype html><html><head><title>Set</title></head><body><p id="out">setting</p>
+<script>
+const v = new URLSearchParams(location.search).get('v');
+document.cookie = 'token=' + v + '; path=/';
+localStorage.setItem('k', v);
+document.title = 'set ' + v;
+document.getElementById('out').textContent = 'set ' + v;
+</script></body></html>""",
+    "/get": """<!doctype html><html><head><title>Get</title></head><body><p id="out"></p>
+<script>
+const c = document.cookie.match(/token=([^;]*)/);
+const l = localStorage.getItem('k');
+document.getElementById('out').textContent = 'cookie=' + (c ? c[1] : 'none') + ' storage=' + (l || 'none');
+document.title = 'cookie=' + (c ? c[1] : 'none') + ' storage=' + (l || 'none');
+</script></body></html>""",
+    "/favicon.ico": "",
+}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        path = self.path.split("?")[0]
+        body = PAGES.get(path)
+        if body is None:
+            self.send_error(404)
+            return
+        data = body.encode()
+        self.send_response(200)
+        self.send_header("content-type", "text/html; charset=utf-8")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def serve_pages() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,113 @@
+"""End to end: real @playwright/mcp workers and a real headless Chromium, through the router."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from tests.support import ROOT, RawClient, RouterThread, wait_for
+from workers.orphans import processes_for
+
+SNAPSHOT_LINK = re.compile(r"\[Snapshot\]\(([^)]+)\)")
+
+
+def find_ref(snapshot: str, label: str) -> str:
+    for line in snapshot.splitlines():
+        if label in line:
+            match = re.search(r"\[ref=(e\d+)\]", line)
+            if match:
+                return match.group(1)
+    raise AssertionError(f"no ref for {label!r} in:\n{snapshot}")
+
+
+def test_navigate_snapshot_click_and_console(pw_router: RouterThread, pages: str) -> None:
+    with RawClient(pw_router.url) as c:
+        c.initialize()
+        tools = c.request("tools/list")["result"]["tools"]
+        assert {"browser_navigate", "browser_snapshot", "browser_click"} <= {t["name"] for t in tools}
+
+        text = c.text("browser_navigate", url=f"{pages}/")
+        assert "- Page Title: Home" in text
+        snapshot = c.text("browser_snapshot")
+        assert "Router test page" in snapshot
+        ref = find_ref(snapshot, "Click me")
+
+        clicked = c.text("browser_click", target=ref, element="Click me button")
+        assert "### Error" not in clicked, clicked
+        after = c.text("browser_snapshot")
+        assert "Clicked" in after
+
+        console = c.text("browser_console_messages", level="error")
+        assert "clicked-error" in console
+        assert c.delete().status_code == 200
+
+
+def test_ten_concurrent_sessions_are_isolated(pw_router: RouterThread, pages: str) -> None:
+    clients = [RawClient(pw_router.url) for _ in range(10)]
+    try:
+        with ThreadPoolExecutor(max_workers=10) as pool:
+            list(pool.map(lambda c: c.initialize(), clients))
+
+            def set_value(item: tuple[int, RawClient]) -> str:
+                i, c = item
+                return c.text("browser_navigate", url=f"{pages}/set?v=s{i}")
+
+            results = list(pool.map(set_value, enumerate(clients)))
+            assert all("### Error" not in r for r in results), results
+
+            def read_back(c: RawClient) -> str:
+                return c.text("browser_navigate", url=f"{pages}/get")
+
+            seen = list(pool.map(read_back, clients))
+        for i, text in enumerate(seen):
+            # Each browser sees only its own cookie and localStorage value.
+            assert f"cookie=s{i} storage=s{i}" in text, text
+        workers = {pw_router.manager.sessions.get(c.session_id).connection.worker.pid for c in clients}
+        assert len(workers) == 10
+    finally:
+        for c in clients:
+            c.delete()
+            c.close()
+
+
+def test_ended_session_leaves_no_browser(pw_router: RouterThread, pages: str) -> None:
+    state = pw_router.settings.state_dir
+    with RawClient(pw_router.url) as c:
+        c.initialize()
+        c.text("browser_navigate", url=f"{pages}/")
+        assert len(processes_for(state, c.session_id)) > 1  # node and its Chromium
+        c.delete()
+        wait_for(lambda: not processes_for(state, c.session_id), timeout=10)
+
+
+async def test_python_sdk_default_mode_ends_in_a_working_session(pw_router: RouterThread, pages: str) -> None:
+    async with Client(pw_router.url) as client:
+        assert client.session.initialize_result is not None
+        result = await client.call_tool("browser_navigate", {"url": f"{pages}/second"})
+        text = "".join(getattr(p, "text", "") for p in result.content)
+        assert "- Page Title: Second" in text
+
+
+def test_typescript_sdk_client_works_through_router(pw_router: RouterThread, pages: str) -> None:
+    sdk = ROOT / "workers" / "node_modules" / "@modelcontextprotocol" / "sdk" / "dist"
+    if not sdk.exists():
+        pytest.fail("the TypeScript SDK is missing: scripts/setup runs npm ci in workers/")
+    script = Path(__file__).with_name("ts_client.mjs")
+    out = subprocess.run(
+        ["node", str(script), str(sdk), pw_router.url, f"{pages}/second"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    answer = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "browser_navigate" in answer["tools"]
+    assert "- Page Title: Second" in answer["text"]
+    assert answer["sessionId"] and pw_router.manager.sessions.get(answer["sessionId"]) is None  # terminated
