@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final
@@ -110,7 +111,7 @@ class McpEndpoint:
 
     def _response_mode(self, scope: Scope) -> str:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        mode = query.get("responses", [self.response_mode])[-1]
+        mode: str = query.get("responses", [self.response_mode])[-1]
         if mode not in RESPONSE_MODES:
             raise BadRequest(f"Bad Request: responses must be one of {sorted(RESPONSE_MODES)}")
         return mode
@@ -232,10 +233,9 @@ class McpEndpoint:
                     for event in splitter.feed(chunk):
                         yield event
 
-            try:
+            # If the worker goes away, ending the stream is all a client needs to learn.
+            with contextlib.suppress(httpx.HTTPError):
                 await _until_disconnect(receive, relay(events(), _body_writer(send), self.keepalive_interval))
-            except httpx.HTTPError:
-                pass  # the worker went away; ending the stream is all a client needs to learn
             await send({"type": "http.response.body", "body": b""})
         finally:
             await upstream.aclose()

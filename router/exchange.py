@@ -31,7 +31,7 @@ class Exchange:
         recorder = manager.recorder
         if recorder is not None:
             recorder.request(
-                exchange.ref_id, session.id, message.method, message.tool_name, message.body.get("params")
+                exchange.ref_id, session.id, message.method or "", message.tool_name, message.body.get("params")
             )
         return exchange
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from typing import Final
 
@@ -101,14 +102,12 @@ class WorkerConnection:
 
     async def delete_session(self, worker_session_id: str) -> None:
         """Ends the worker's MCP session politely; the worker is ended right after anyway."""
-        try:
+        with contextlib.suppress(httpx.HTTPError):
             await self.client.delete(
                 self.url,
                 headers={"host": self.host_header, H_SESSION_ID: worker_session_id},
                 timeout=DELETE_TIMEOUT,
             )
-        except httpx.HTTPError:
-            pass
 
     async def aclose(self) -> None:
         await self.client.aclose()

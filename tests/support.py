@@ -104,7 +104,7 @@ def initialize_body(id: int = 1, version: str = "2025-06-18", name: str = "test-
         "method": "initialize",
         "params": {
             "protocolVersion": version,
-            "capabilities": {"roots": {"listChanged": False}},
+            "capabilities": {},
             "clientInfo": {"name": name, "version": "1"},
         },
     }
