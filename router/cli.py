@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from router.logs import configure_logging
 from router.settings import Settings
@@ -13,6 +13,7 @@ from router.settings import Settings
 
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="run the router (flags override MCP_ROUTER_* variables)")
+    p.set_defaults(func=_run_serve)
     p.add_argument("--host")
     p.add_argument("--port", type=int)
     p.add_argument("--state-dir")
@@ -35,7 +36,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     overrides = {
         key: value
         for key, value in vars(args).items()
-        if key not in ("command",) and value is not None
+        if key not in ("command", "func") and value is not None
     }
     if isinstance(overrides.get("worker_command"), str):
         import shlex
@@ -64,15 +65,27 @@ def serve(settings: Settings) -> int:
     return 0
 
 
+def _run_serve(args: argparse.Namespace) -> int:
+    return serve(settings_from_args(args))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mcp-router", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
+    # Each further command lives in its own module: register(sub) adds a parser whose
+    # `func` default takes the parsed args and returns the exit status.
+    for register in _command_modules():
+        register(sub)
     args = parser.parse_args(argv)
-    if args.command == "serve":
-        return serve(settings_from_args(args))
-    parser.error(f"unknown command {args.command}")
-    return 2
+    result: int = args.func(args)
+    return result
+
+
+def _command_modules() -> list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]]:
+    from router import cli_records
+
+    return [cli_records.register]
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from router.manager import SessionManager
 from router.messages import ClientMessage, Kind, parse
 from router.proxy import WorkerConnection, downstream_headers, upstream_headers
 from router.sessions import Session, State
-from router.sse import EventSplitter, encode_event, event_json, relay
+from router.sse import EventSplitter, encode_event, relay
 from router.types import (
     H_CONTENT_LENGTH,
     H_PROTOCOL_VERSION,
@@ -172,7 +172,7 @@ class McpEndpoint:
                 await self._stream_answer(session, receive, send, upstream, exchange)
             else:
                 body = await upstream.aread()
-                answer = exchange.answered_json(body) if upstream.status_code == 200 else body
+                answer = await exchange.answer_json(body) if upstream.status_code == 200 else body
                 await _send_start(send, upstream.status_code, _plain_headers(upstream, session))
                 await send({"type": "http.response.body", "body": answer})
         except httpx.HTTPError as exc:
@@ -189,7 +189,7 @@ class McpEndpoint:
             splitter = EventSplitter()
             async for chunk in upstream.aiter_raw():
                 for event in splitter.feed(chunk):
-                    yield exchange.answered_event(event, event_json(event))
+                    yield await exchange.answer_event(event)
 
         try:
             await _until_disconnect(receive, relay(events(), _body_writer(send), self.keepalive_interval))

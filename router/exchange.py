@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from router import tools
 from router.messages import ClientMessage
-from router.sse import encode_event
+from router.sse import encode_event, event_data, event_id
 
 if TYPE_CHECKING:
     from router.manager import SessionManager
     from router.sessions import Session
+
+log = logging.getLogger("mcp_router.calls")
 
 
 @dataclass(eq=False, slots=True)
@@ -35,25 +39,40 @@ class Exchange:
             )
         return exchange
 
+    @property
+    def is_tool_call(self) -> bool:
+        return self.message.method == "tools/call"
+
     async def local_answer(self) -> bytes | None:
         """The router's own answer when the request is for a router tool; None to forward it."""
-        return None
+        name = self.message.tool_name
+        if name not in tools.NAMES:
+            return None
+        arguments = self.message.params.get("arguments")
+        recorder = self.manager.recorder
+        result = await tools.call(
+            name or "",
+            arguments if isinstance(arguments, dict) else {},
+            records=recorder.records if recorder is not None else None,
+            session_id=self.session.id,
+            renew=lambda: self.manager.renew_browser(self.session),
+        )
+        response = {"jsonrpc": "2.0", "id": self.message.id, "result": result}
+        await self._complete(response)
+        return json.dumps(response).encode()
 
-    def answered_event(self, event: bytes, parsed: Any) -> bytes:
+    async def answer_event(self, event: bytes) -> bytes:
         """One SSE event of the worker's answer stream; the one holding our response is recorded."""
-        if self.done or not self._is_our_response(parsed):
+        if self.done:
             return event
-        replaced = self._complete(parsed)
-        return event if replaced is None else encode_event(replaced)
+        data = event_data(event)
+        if not data:
+            return event
+        replaced = await self._answer(data)
+        return event if replaced is None else encode_event(replaced, event_id(event))
 
-    def answered_json(self, body: bytes) -> bytes:
-        try:
-            parsed = json.loads(body)
-        except ValueError:
-            return body
-        if not self._is_our_response(parsed):
-            return body
-        replaced = self._complete(parsed)
+    async def answer_json(self, body: bytes) -> bytes:
+        replaced = await self._answer(body)
         return body if replaced is None else replaced
 
     def failed(self, error: str) -> None:
@@ -63,29 +82,81 @@ class Exchange:
         recorder = self.manager.recorder
         if recorder is not None:
             recorder.response(self.ref_id, status="error", result=None, error=error, duration_ms=self._elapsed_ms())
+        self._log("error")
 
-    def _is_our_response(self, parsed: Any) -> bool:
-        return (
+    async def _answer(self, payload: bytes) -> bytes | None:
+        try:
+            parsed = json.loads(payload)
+        except ValueError:
+            return None
+        if not (
             isinstance(parsed, dict)
             and parsed.get("id") == self.message.id
             and ("result" in parsed or "error" in parsed)
-        )
+        ):
+            return None
+        await self._complete(parsed)
+        return self._rewrite(parsed, payload)
 
-    def _complete(self, response: dict[str, Any]) -> bytes | None:
+    def _rewrite(self, response: dict[str, Any], payload: bytes) -> bytes | None:
+        """What the client gets instead of the worker's bytes, or None for the bytes untouched."""
+        if "result" not in response:
+            return None
+        method = self.message.method
+        if method == "tools/list":
+            response["result"] = tools.with_router_tools(response["result"])
+            return json.dumps(response).encode()
+        if method != "tools/call":
+            return None
+        if self.session.response_mode == "compact":
+            compacted = tools.compact(response["result"], ref_id=self.ref_id, tool=self.message.tool_name)
+            if compacted is not response["result"]:
+                response["result"] = compacted
+                return json.dumps(response).encode()
+        return tools.splice_ref_meta(payload, self.ref_id)
+
+    async def _complete(self, response: dict[str, Any]) -> None:
         self.done = True
+        result = response.get("result")
+        error = response.get("error")
+        is_error = error is not None or (isinstance(result, dict) and result.get("isError") is True)
         recorder = self.manager.recorder
         if recorder is not None:
-            result = response.get("result")
-            error = response.get("error")
-            is_error = error is not None or (isinstance(result, dict) and result.get("isError") is True)
+            connection = self.session.connection
             recorder.response(
                 self.ref_id,
                 status="error" if is_error else "success",
                 result=json.dumps(result if error is None else error),
                 error=json.dumps(error) if error is not None else None,
                 duration_ms=self._elapsed_ms(),
+                output_dir=connection.worker.output_dir if connection is not None else None,
             )
-        return None
+            if self.is_tool_call:
+                # A row whose answer reached the client must survive a SIGKILL of the router.
+                await recorder.flush()
+        self._log("error" if is_error else "success")
+
+    def _log(self, status: str) -> None:
+        if self.manager.metrics is not None:  # both ends of an exchange (answer, failure) pass here
+            self.manager.metrics.call_done(
+                self.message.method or "", self.message.tool_name, status, self._elapsed_ms() / 1000
+            )
+        if self.is_tool_call:
+            log.info(
+                "call session=%s ref=%s tool=%s status=%s ms=%.1f",
+                self.session.id,
+                self.ref_id,
+                self.message.tool_name,
+                status,
+                self._elapsed_ms(),
+                extra={
+                    "session": self.session.id,
+                    "ref_id": self.ref_id,
+                    "tool": self.message.tool_name,
+                    "status": status,
+                    "duration_ms": round(self._elapsed_ms(), 1),
+                },
+            )
 
     def _elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started) * 1000

@@ -50,6 +50,13 @@ def event_data(event: bytes) -> bytes | None:
     return b"\n".join(data) if data else None
 
 
+def event_id(event: bytes) -> str | None:
+    for line in event.replace(b"\r\n", b"\n").split(b"\n"):
+        if line.startswith(b"id:"):
+            return line[3:].strip().decode("utf-8", "replace")
+    return None
+
+
 def event_json(event: bytes) -> Any:
     data = event_data(event)
     if not data:

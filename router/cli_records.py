@@ -1,0 +1,72 @@
+"""`mcp-router sessions | show ID | export ID`: the record, read without a running router."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from router import reports
+from router.records import RecordNotFound, Records
+from router.settings import Settings
+
+DB_NAME = "router.db"
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("sessions", help="list recorded sessions")
+    p.add_argument("--state-dir")
+    p.add_argument("--limit", type=int, default=200)
+    p.set_defaults(func=_sessions)
+    p = sub.add_parser("show", help="a session's timeline of calls")
+    p.add_argument("session_id")
+    p.add_argument("--state-dir")
+    p.set_defaults(func=_show)
+    p = sub.add_parser("export", help="a session and its calls as JSON lines")
+    p.add_argument("session_id")
+    p.add_argument("--state-dir")
+    p.set_defaults(func=_export)
+
+
+def db_path(args: argparse.Namespace) -> Path:
+    state_dir = Path(args.state_dir) if args.state_dir else Settings().state_dir
+    return state_dir / DB_NAME
+
+
+def _run(args: argparse.Namespace, job: str) -> int:
+    path = db_path(args)
+    if not path.exists():
+        print(f"no record yet at {path} (start the router first, or pass --state-dir)", file=sys.stderr)
+        return 1
+    try:
+        return asyncio.run(_job(path, args, job))
+    except RecordNotFound as exc:
+        print(f"not found: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _job(path: Path, args: argparse.Namespace, job: str) -> int:
+    async with Records.open(path, readonly=True) as records:
+        if job == "sessions":
+            print(reports.format_sessions_table(await records.list_sessions(limit=args.limit)))
+        elif job == "show":
+            session = await records.get_session(args.session_id)
+            print(f"session {session['id']}  state={session['state']}")
+            print(reports.format_timeline(await records.session_calls(args.session_id)))
+        else:
+            async for line in records.export_session(args.session_id):
+                sys.stdout.write(line + "\n")
+    return 0
+
+
+def _sessions(args: argparse.Namespace) -> int:
+    return _run(args, "sessions")
+
+
+def _show(args: argparse.Namespace) -> int:
+    return _run(args, "show")
+
+
+def _export(args: argparse.Namespace) -> int:
+    return _run(args, "export")

@@ -1,0 +1,135 @@
+"""Recording through the real worker: every table filled by a real flow, read back; the router's
+tools; compact answers; the CLI."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.test_browser import find_ref
+from tests.support import ROOT, RawClient, RouterThread
+
+REF_KEY = "mcp-router/refId"
+
+
+def ref_of(answer: dict[str, Any]) -> str:
+    return str(answer["result"]["_meta"][REF_KEY])
+
+
+def text_of(answer: dict[str, Any]) -> str:
+    return "".join(p.get("text", "") for p in answer["result"]["content"])
+
+
+def flow(c: RawClient, pages: str) -> dict[str, Any]:
+    nav = c.call("browser_navigate", url=f"{pages}/")
+    snap = c.call("browser_snapshot")
+    click = c.call("browser_click", target=find_ref(text_of(snap), "Click me"), element="Click me button")
+    second = c.call("browser_navigate", url=f"{pages}/second")
+    return {"nav": nav, "snap": snap, "click": click, "second": second}
+
+
+def db(router: RouterThread) -> sqlite3.Connection:
+    conn = sqlite3.connect(router.settings.state_dir / "router.db")
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def test_every_table_is_filled_by_a_real_flow(pw_router: RouterThread, pages: str) -> None:
+    with RawClient(pw_router.url) as c:
+        c.initialize(name="recording-test")
+        answers = flow(c, pages)
+        click_ref = ref_of(answers["click"])
+        with db(pw_router) as conn:
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            session = conn.execute("SELECT * FROM sessions WHERE id = ?", (c.session_id,)).fetchone()
+            assert json.loads(session["client_info"])["name"] == "recording-test"
+            assert session["worker_port"] and session["worker_pid"]
+            methods = [r["method"] for r in conn.execute(
+                "SELECT method FROM requests WHERE session_id = ? ORDER BY ts", (c.session_id,))]
+            assert methods[0] == "initialize" and methods.count("tools/call") == 4
+            response = conn.execute("SELECT * FROM responses WHERE ref_id = ?", (click_ref,)).fetchone()
+            assert response["status"] == "success"
+            # The click answer only links to page-*.yml; the router read the file into the record.
+            assert "Clicked" in response["page_snapshot"]
+            assert json.loads(response["result"])["content"][0]["type"] == "text"
+            logs = conn.execute("SELECT level, message FROM console_logs WHERE ref_id = ?", (click_ref,)).fetchall()
+            assert ("error", "clicked-error") in {(r["level"], r["message"].split(" @ ")[0]) for r in logs}
+        c.delete()
+
+
+def test_get_content_whole_then_diff_then_empty(pw_router: RouterThread, pages: str) -> None:
+    with RawClient(pw_router.url) as c:
+        c.initialize()
+        answers = flow(c, pages)
+        nav, click = ref_of(answers["nav"]), ref_of(answers["click"])
+        first = text_of(c.call("get_content", ref_id=click))
+        assert "Clicked" in first and "Router test page" in first
+        assert text_of(c.call("get_content", ref_id=click)) == ""  # nothing changed since the last read
+        assert text_of(c.call("get_content", ref_id=click, reset_cursor=True)) == first
+        diff = text_of(c.call("get_content", ref_id=click, since_ref=nav))
+        assert "Clicked" in diff and "Click me" in diff
+        found = text_of(c.call("get_content", ref_id=click, search_for="Second page"))
+        assert "Second page" in found and "Clicked" not in found
+        console = text_of(c.call("get_console_content", ref_id=click, level="error"))
+        assert "clicked-error" in console
+        c.delete()
+
+
+def test_foreign_ref_is_refused(pw_router: RouterThread, pages: str) -> None:
+    with RawClient(pw_router.url) as a, RawClient(pw_router.url) as b:
+        a.initialize()
+        b.initialize()
+        ref = ref_of(a.call("browser_navigate", url=f"{pages}/"))
+        stolen = b.call("get_content", ref_id=ref)
+        assert stolen["result"]["isError"] is True
+        assert "Router test page" not in text_of(stolen)
+        a.delete()
+        b.delete()
+
+
+def test_compact_mode_shrinks_answers_and_keeps_snapshots_whole(pw_router: RouterThread, pages: str) -> None:
+    sizes: dict[str, int] = {}
+    for mode in ("full", "compact"):
+        with RawClient(pw_router.url + f"?responses={mode}") as c:
+            c.initialize()
+            answers = flow(c, pages)
+            sizes[mode] = sum(len(text_of(a)) for a in answers.values())
+            if mode == "compact":
+                nav = text_of(answers["nav"])
+                assert "get_content" in nav and "title: Home" in nav and "ref_id:" in nav
+                assert "Router test page" in text_of(answers["snap"])  # browser_snapshot stays whole
+                ref = nav.split("ref_id: ")[1].split("\n")[0]
+                assert "Router test page" in text_of(c.call("get_content", ref_id=ref))
+            c.delete()
+    assert sizes["compact"] < sizes["full"]
+
+
+def test_cli_reads_the_record(pw_router: RouterThread, pages: str) -> None:
+    state = str(pw_router.settings.state_dir)
+    with RawClient(pw_router.url) as c:
+        c.initialize(name="cli-test")
+        c.call("browser_navigate", url=f"{pages}/")
+        sid = c.session_id or ""
+        c.delete()
+    cli = [sys.executable, "-m", "router.cli"]
+    sessions = subprocess.run([*cli, "sessions", "--state-dir", state], capture_output=True, text=True, cwd=ROOT)
+    assert sessions.returncode == 0, sessions.stderr
+    assert sid in sessions.stdout and "cli-test" in sessions.stdout
+    show = subprocess.run([*cli, "show", sid, "--state-dir", state], capture_output=True, text=True, cwd=ROOT)
+    assert show.returncode == 0 and "browser_navigate" in show.stdout
+    export = subprocess.run([*cli, "export", sid, "--state-dir", state], capture_output=True, text=True, cwd=ROOT)
+    lines = [json.loads(line) for line in export.stdout.splitlines()]
+    assert lines[0]["type"] == "session" and any(line.get("tool") == "browser_navigate" for line in lines[1:])
+    missing = subprocess.run([*cli, "show", "nope", "--state-dir", state], capture_output=True, text=True, cwd=ROOT)
+    assert missing.returncode == 1
+
+
+def test_record_survives_for_ended_sessions(pw_router: RouterThread) -> None:
+    with db(pw_router) as conn:
+        states = {r[0] for r in conn.execute("SELECT state FROM sessions")}
+    assert "closed" in states
+    assert isinstance(Path(pw_router.settings.state_dir), Path)
