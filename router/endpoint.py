@@ -45,6 +45,7 @@ log = logging.getLogger("mcp_router.endpoint")
 
 ALLOWED_METHODS: Final = "GET, POST, DELETE"
 RESPONSE_MODES: Final = frozenset({"full", "compact"})
+WORKER_ERROR_EXCERPT: Final = 500
 
 
 class McpEndpoint:
@@ -168,6 +169,14 @@ class McpEndpoint:
             if message.method == "initialize" and upstream.status_code == 200:
                 session.worker_session_id = upstream.headers.get(H_SESSION_ID)
             content_type = upstream.headers.get("content-type", "")
+            if upstream.status_code >= 500 or upstream.status_code == 404:
+                # The worker broke or lost its session: a routing failure, never the client's 404.
+                detail = (await upstream.aread())[:WORKER_ERROR_EXCERPT].decode("utf-8", "replace")
+                exchange.failed(f"worker answered HTTP {upstream.status_code}")
+                raise WorkerUnreachable(
+                    f"Worker failed: HTTP {upstream.status_code}",
+                    data={"session": session.id, "worker_status": upstream.status_code, "body": detail},
+                )
             if upstream.status_code == 200 and content_type.startswith(SSE):
                 await self._stream_answer(session, receive, send, upstream, exchange)
             else:
