@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -12,12 +13,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from router import admin
+from router.api import Api
 from router.endpoint import McpEndpoint
 from router.errors import ServiceUnavailable
 from router.manager import SessionManager
+from router.metrics import Metrics, TimedEndpoint
 from router.security import OriginPolicy, SecurityMiddleware
 from router.settings import Settings
 from router.types import MCP_ENDPOINT
+from router.ui import Ui
 from workers.spec import WorkerSpec, default_cli_path, playwright_argv
 from workers.supervisor import Supervisor
 
@@ -44,6 +49,16 @@ def build_supervisor(settings: Settings) -> Supervisor:
     )
 
 
+def continuity_options(settings: Settings) -> dict[str, Any]:
+    """The manager's issue-4 knobs: live-worker cap, retention, health checks, restart budget."""
+    return {
+        "max_live_workers": settings.max_live_workers,
+        "retention": settings.session_retention_hours * 3600.0,
+        "health_interval": settings.health_interval,
+        "budget": (settings.max_restarts, settings.restart_window, tuple(settings.restart_backoff)),
+    }
+
+
 def create_app(settings: Settings) -> Starlette:
     state_dir = Path(settings.state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -53,12 +68,16 @@ def create_app(settings: Settings) -> Starlette:
         from router.recorder import Recorder
 
         recorder = Recorder(state_dir / DB_NAME, retention_days=settings.retention_days)
+    metrics = Metrics()
     manager = SessionManager(
         supervisor=supervisor,
         recorder=recorder,
         idle_timeout=settings.idle_timeout,
         max_sessions=settings.max_sessions,
+        metrics=metrics,
+        **continuity_options(settings),
     )
+    metrics.watch(manager, state_dir / DB_NAME if recorder is not None else None)
     endpoint = McpEndpoint(
         manager,
         max_body_bytes=settings.max_body_bytes,
@@ -73,6 +92,7 @@ def create_app(settings: Settings) -> Starlette:
             if recorder is not None:
                 await stack.enter_async_context(recorder.run())
             await stack.enter_async_context(manager.run())
+            stack.enter_context(admin.router_file(state_dir, settings.host, settings.port))
             yield
 
     async def healthz(request: Request) -> JSONResponse:
@@ -82,8 +102,11 @@ def create_app(settings: Settings) -> Starlette:
 
     app = Starlette(
         routes=[
-            Route(MCP_ENDPOINT, endpoint, methods=None),
+            Route(MCP_ENDPOINT, TimedEndpoint(endpoint, metrics), methods=None),
             Route("/healthz", healthz, methods=["GET"]),
+            Route("/metrics", metrics.endpoint, methods=["GET"]),
+            *Api(manager).routes(),
+            *Ui().routes(),
         ],
         middleware=[
             Middleware(
@@ -94,6 +117,7 @@ def create_app(settings: Settings) -> Starlette:
         lifespan=lifespan,
     )
     app.state.manager = manager
+    app.state.metrics = metrics
     app.state.settings = settings
     return app
 

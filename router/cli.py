@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from types import FrameType
 
 from router.logs import configure_logging
 from router.settings import Settings
@@ -61,7 +62,15 @@ def serve(settings: Settings) -> int:
         timeout_graceful_shutdown=5,
         lifespan="on",
     )
-    uvicorn.Server(config).run()
+    manager = app.state.manager
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            # Held SSE streams never end by themselves; without this, SIGTERM waits them out.
+            manager.request_stop()
+            super().handle_exit(sig, frame)
+
+    Server(config).run()
     return 0
 
 
@@ -83,9 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _command_modules() -> list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]]:
-    from router import cli_records
+    from router import cli_records, doctor
 
-    return [cli_records.register]
+    return [cli_records.register, doctor.register]
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
+from typing import Any
 
 from router import reports
 from router.records import RecordNotFound, Records
@@ -18,6 +19,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("sessions", help="list recorded sessions")
     p.add_argument("--state-dir")
     p.add_argument("--limit", type=int, default=200)
+    p.add_argument("--end", metavar="ID", help="end a session for good (its browser profile is deleted)")
     p.set_defaults(func=_sessions)
     p = sub.add_parser("show", help="a session's timeline of calls")
     p.add_argument("session_id")
@@ -61,7 +63,26 @@ async def _job(path: Path, args: argparse.Namespace, job: str) -> int:
 
 
 def _sessions(args: argparse.Namespace) -> int:
+    if args.end:
+        from router import admin
+
+        ok, message = admin.end_session(db_path(args).parent, args.end)
+        print(message, file=sys.stdout if ok else sys.stderr)
+        return 0 if ok else 1
+    live = _live_sessions(db_path(args).parent)
+    if live is not None:
+        # A running router knows more than the file: live state, worker pid/port, memory.
+        print(reports.format_sessions_table(live[: args.limit]))
+        return 0
     return _run(args, "sessions")
+
+
+def _live_sessions(state_dir: Path) -> list[dict[str, Any]] | None:
+    from router import admin
+    from router.api_client import fetch_live_sessions_at
+
+    url = admin.running_router(state_dir)
+    return fetch_live_sessions_at(url) if url is not None else None
 
 
 def _show(args: argparse.Namespace) -> int:

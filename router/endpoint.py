@@ -29,8 +29,8 @@ from router.exchange import Exchange
 from router.manager import SessionManager
 from router.messages import ClientMessage, Kind, parse
 from router.proxy import WorkerConnection, downstream_headers, upstream_headers
-from router.sessions import Session, State
-from router.sse import EventSplitter, encode_event, relay
+from router.sessions import ENDED, Session, State
+from router.sse import KEEPALIVE_COMMENT, EventSplitter, encode_event, relay
 from router.types import (
     H_CONTENT_LENGTH,
     H_PROTOCOL_VERSION,
@@ -86,7 +86,8 @@ class McpEndpoint:
             if message.kind is not Kind.REQUEST:
                 await self._forward_one_way(session, scope, message, send)
                 return
-            with session.client_request():
+            # Resumes a dormant session (new worker, replayed handshake, restored browser) first.
+            async with self.manager.serving(session, message):
                 await self._forward_request(session, scope, receive, send, message)
         except RouterError as exc:
             exc.request_id = message.id  # type: ignore[attr-defined]
@@ -99,7 +100,7 @@ class McpEndpoint:
                 # Also what a 2026-07-28 client's server/discover probe gets, so it falls back.
                 raise BadRequest("Bad Request: Mcp-Session-Id header is required; send initialize first")
             return await self.manager.open(message, response_mode=self._response_mode(scope))
-        session = self.manager.sessions.lookup(session_id)
+        session = await self.manager.lookup(session_id)
         if message.method == "initialize":
             raise BadRequest("Invalid Request: session already initialized")
         version = headers.get(H_PROTOCOL_VERSION)
@@ -134,6 +135,11 @@ class McpEndpoint:
 
     async def _forward_one_way(self, session: Session, scope: Scope, message: ClientMessage, send: Send) -> None:
         """Notifications and the client's answers to the worker's requests: 202, no body."""
+        if session.connection is None:
+            # A dormant session: nothing there to notify or answer, and no reason to wake it.
+            await _send_start(send, 202, [(H_SESSION_ID.encode(), session.id.encode())])
+            await send({"type": "http.response.body", "body": b""})
+            return
         connection = _connection(session)
         headers = upstream_headers(
             scope["headers"], host=connection.host_header, worker_session_id=session.worker_session_id
@@ -143,6 +149,10 @@ class McpEndpoint:
             await upstream.aread()
             await upstream.aclose()
         except httpx.HTTPError as exc:
+            if session.connection is not connection:  # went dormant meanwhile: as if it had been
+                await _send_start(send, 202, [(H_SESSION_ID.encode(), session.id.encode())])
+                await send({"type": "http.response.body", "body": b""})
+                return
             raise _unreachable(session, exc) from None
         status = upstream.status_code
         await _send_start(send, status, _plain_headers(upstream, session))
@@ -157,11 +167,8 @@ class McpEndpoint:
         if local is not None:
             await _send_json(send, local, session, status=200)
             return
-        headers = upstream_headers(
-            scope["headers"], host=connection.host_header, worker_session_id=session.worker_session_id
-        )
         try:
-            upstream = await connection.send("POST", headers, message.raw)
+            upstream = await self._send_request(session, connection, scope, message)
         except httpx.HTTPError as exc:
             exchange.failed(str(exc))
             raise _unreachable(session, exc) from None
@@ -188,6 +195,24 @@ class McpEndpoint:
             raise _unreachable(session, exc) from None
         finally:
             await upstream.aclose()
+
+    async def _send_request(
+        self, session: Session, connection: WorkerConnection, scope: Scope, message: ClientMessage
+    ) -> httpx.Response:
+        def headers() -> list[tuple[bytes, bytes]]:
+            return upstream_headers(
+                scope["headers"], host=connection.host_header, worker_session_id=session.worker_session_id
+            )
+
+        try:
+            return await connection.send("POST", headers(), message.raw)
+        except httpx.ConnectError:
+            if message.method == "initialize":
+                raise
+            # Refused: the worker died a moment ago and nothing was delivered, so the request can
+            # go to a resumed worker instead (the exit may not have been noticed yet).
+            connection = await self.manager.replace_dead_worker(session, connection)
+            return await connection.send("POST", headers(), message.raw)
 
     async def _stream_answer(
         self, session: Session, receive: Receive, send: Send, upstream: httpx.Response, exchange: Exchange
@@ -219,7 +244,10 @@ class McpEndpoint:
         session_id = headers.get(H_SESSION_ID)
         if session_id is None:
             raise BadRequest("Bad Request: Mcp-Session-Id header is required")
-        session = self.manager.sessions.lookup(session_id)
+        session = await self.manager.lookup(session_id)
+        if session.connection is None:
+            await self._hold(session, receive, send)
+            return
         connection = _connection(session)
         upstream_h = upstream_headers(
             scope["headers"], host=connection.host_header, worker_session_id=session.worker_session_id
@@ -244,10 +272,32 @@ class McpEndpoint:
 
             # If the worker goes away, ending the stream is all a client needs to learn.
             with contextlib.suppress(httpx.HTTPError):
-                await _until_disconnect(receive, relay(events(), _body_writer(send), self.keepalive_interval))
+                await _until_disconnect(
+                    receive,
+                    relay(events(), _body_writer(send), self.keepalive_interval),
+                    stop=self.manager.stopping,
+                )
             await send({"type": "http.response.body", "body": b""})
         finally:
             await upstream.aclose()
+
+    async def _hold(self, session: Session, receive: Receive, send: Send) -> None:
+        """GET for a session without a worker: keep-alives only, and no worker spawned for it.
+
+        The stream stays held (it does not switch to the worker's) when a later POST resumes
+        the session; the worker's server-to-client requests then wait for the next GET.
+        """
+        headers = [(b"content-type", SSE.encode()), (H_SESSION_ID.encode(), session.id.encode()), *SSE_HEADERS]
+        await _send_start(send, 200, headers)
+
+        async def keep_alive() -> None:
+            while session.state not in ENDED and not self.manager.stopping.is_set():
+                await send({"type": "http.response.body", "body": KEEPALIVE_COMMENT, "more_body": True})
+                with anyio.move_on_after(self.keepalive_interval):
+                    await self.manager.wait_gone(session)
+
+        await _until_disconnect(receive, keep_alive())
+        await send({"type": "http.response.body", "body": b""})
 
     # -- DELETE -------------------------------------------------------------------------------
 
@@ -255,7 +305,7 @@ class McpEndpoint:
         session_id = Headers(scope=scope).get(H_SESSION_ID)
         if session_id is None:
             raise BadRequest("Bad Request: Mcp-Session-Id header is required")
-        session = self.manager.sessions.lookup(session_id)
+        session = await self.manager.lookup(session_id)
         await self.manager.end(session, State.CLOSED)
         await Response(status_code=200)(scope, receive, send)
 
@@ -310,8 +360,10 @@ def _body_writer(send: Send) -> Callable[[bytes], Awaitable[None]]:
     return write
 
 
-async def _until_disconnect(receive: Receive, work: Awaitable[None]) -> None:
-    """Runs the stream until it ends or the client goes; then the upstream is closed by the caller."""
+async def _until_disconnect(receive: Receive, work: Awaitable[None], stop: anyio.Event | None = None) -> None:
+    """Runs the stream until it ends, the client goes or ``stop`` is set (the router shuts down:
+    a stream that never ends would hold up uvicorn's graceful shutdown); then the upstream is
+    closed by the caller."""
     failure: list[Exception] = []
     async with anyio.create_task_group() as tg:
 
@@ -320,7 +372,13 @@ async def _until_disconnect(receive: Receive, work: Awaitable[None]) -> None:
                 pass
             tg.cancel_scope.cancel()
 
+        async def until_stop(event: anyio.Event) -> None:
+            await event.wait()
+            tg.cancel_scope.cancel()
+
         tg.start_soon(watch)
+        if stop is not None:
+            tg.start_soon(until_stop, stop)
         try:
             await work
         except Exception as exc:  # re-raised outside the task group, so callers see it unwrapped

@@ -108,6 +108,9 @@ class Exchange:
             return json.dumps(response).encode()
         if method != "tools/call":
             return None
+        # Continuity (issue 4): notes the page URL; the first answer after a resume gets a notice.
+        if self.manager.on_tool_answer(self.session, response):
+            payload = json.dumps(response, separators=(",", ":")).encode()  # the form splice_ref_meta reads
         if self.session.response_mode == "compact":
             compacted = tools.compact(response["result"], ref_id=self.ref_id, tool=self.message.tool_name)
             if compacted is not response["result"]:

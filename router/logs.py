@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 
 _RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None)))
+# Lifecycle lines say "session=ID" (and call lines "ref=ID") in their text; the JSON form lifts
+# them into keys even when the call site passed no `extra`, so `jq 'select(.session == "…")'`
+# finds every line of a session's story, whoever wrote the log call.
+# Minted ids are URL-safe base64, ref_ids UUIDs: neither takes in a trailing ':' or ','.
+_KEYS_IN_TEXT = (
+    ("session", re.compile(r"\bsession=([A-Za-z0-9_-]+)")),
+    ("ref_id", re.compile(r"\bref=([A-Za-z0-9-]+)")),
+)
 
 
 class JsonFormatter(logging.Formatter):
@@ -19,6 +28,11 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
         }
         entry.update({k: v for k, v in vars(record).items() if k not in _RESERVED and not k.startswith("_")})
+        for key, pattern in _KEYS_IN_TEXT:
+            if key not in entry:
+                found = pattern.search(entry["msg"])
+                if found:
+                    entry[key] = found.group(1)
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)

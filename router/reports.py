@@ -30,17 +30,27 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: frozens
 
 
 def format_sessions_table(rows: Sequence[Mapping[str, Any]], *, tz: tzinfo | None = None) -> str:
+    """The record's sessions; rows from a running router also show worker pid, port and memory."""
     if not rows:
         return "no sessions recorded"
-    body = [
-        [
+    live = any("memory_bytes" in r for r in rows)
+    body = []
+    for r in rows:
+        line = [
             str(r["id"]), str(r["state"]), format_ts(r.get("created"), tz),
             format_ts(r.get("last_activity"), tz), str(r.get("calls", 0)), str(r.get("errors", 0)),
             str(r.get("client") or "-"),
         ]
-        for r in rows
-    ]
+        if live:
+            memory = r.get("memory_bytes")
+            line += [
+                str(r.get("worker_pid") or "-"), str(r.get("worker_port") or "-"),
+                f"{memory / 2**20:.0f} MiB" if memory else "-",
+            ]
+        body.append(line)
     headers = ["ID", "STATE", "CREATED", "LAST ACTIVITY", "CALLS", "ERRORS", "CLIENT"]
+    if live:
+        headers += ["PID", "PORT", "MEMORY"]
     return _table(headers, body, frozenset({4, 5}))
 
 

@@ -11,7 +11,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from router.errors import BadRequest, SessionNotFound
+from workers.health import RestartBudget
 
 if TYPE_CHECKING:
     from router.proxy import WorkerConnection
@@ -20,17 +23,38 @@ SESSION_ID_BYTES = 24  # 192 random bits, 32 URL-safe characters
 MAX_SESSION_ID_LENGTH = 128
 # Visible ASCII per the spec; anything else cannot be one of ours.
 _SESSION_ID_RE = re.compile(r"[\x21-\x7e]+")
+# What mint_session_id produces: the only ids ever looked up on disk (no "/" or "..").
+MINTED_ID_RE = re.compile(r"[A-Za-z0-9_-]{16,128}")
 
 
 class State(Enum):
     STARTING = "starting"
     LIVE = "live"
-    REAPED = "reaped"
+    # Dormant: no worker now, but the id stays valid and the next request resumes it.
+    REAPED = "reaped"  # idle past the timeout
+    HIBERNATED = "hibernated"  # made room under the live-worker cap, or the router shut down
+    CRASHED = "crashed"  # the worker died or failed its health checks; resuming costs restart budget
+    INTERRUPTED = "interrupted"  # belonged to a previous run of the router
+    DEGRADED = "degraded"  # restart budget spent: 503 + Retry-After until the window reopens
+    # Ended for good: 404 from then on.
     CLOSED = "closed"
     ERROR = "error"
 
 
-ENDED = frozenset({State.REAPED, State.CLOSED, State.ERROR})
+ENDED = frozenset({State.CLOSED, State.ERROR})
+DORMANT = frozenset({State.REAPED, State.HIBERNATED, State.CRASHED, State.INTERRUPTED, State.DEGRADED})
+# The record's vocabulary (router/schema.py SESSION_STATES) for each in-memory state.
+RECORD_STATE = {
+    State.STARTING: "active",
+    State.LIVE: "active",
+    State.REAPED: "reaped",
+    State.HIBERNATED: "hibernated",
+    State.CRASHED: "degraded",
+    State.INTERRUPTED: "interrupted",
+    State.DEGRADED: "degraded",
+    State.CLOSED: "closed",
+    State.ERROR: "error",
+}
 
 
 def mint_session_id() -> str:
@@ -56,6 +80,17 @@ class Session:
     worker_session_id: str | None = None
     protocol_version: str | None = None
     client_info: dict[str, Any] = field(default_factory=dict)
+    # Continuity: what a new worker needs to take the session up (router/resume.py).
+    initialize_params: dict[str, Any] = field(default_factory=dict)
+    browser_used: bool = False  # a tool was called: there may be browser state worth saving
+    current_url: str | None = None  # last "- Page URL:" of the client's answers
+    resumed_notice: bool = False  # the next tool answer tells the client refs are stale
+    crashed_at: float = 0.0  # monotonic; backoff before a restart counts from here
+    health_failures: int = 0
+    budget: RestartBudget = field(default_factory=RestartBudget)
+    # Serialises getting and giving up a worker (resume, reap, hibernate, save) for this session.
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    gone: anyio.Event = field(default_factory=anyio.Event)  # set once it has ended for good
 
     @contextmanager
     def client_request(self) -> Iterator[None]:
@@ -70,6 +105,10 @@ class Session:
 
     def idle_for(self, now: float) -> float:
         return 0.0 if self.in_flight else now - self.last_request_end
+
+    @property
+    def dormant(self) -> bool:
+        return self.state in DORMANT
 
 
 class SessionTable:
@@ -90,6 +129,10 @@ class SessionTable:
         self._sessions[session_id] = session
         return session
 
+    def add(self, session: Session) -> Session:
+        """A session known from disk (a previous run's), or the one already in the table."""
+        return self._sessions.setdefault(session.id, session)
+
     def lookup(self, session_id: str) -> Session:
         """The live session for a client's id: 400 if malformed, 404 if unknown or ended."""
         check_session_id(session_id)
@@ -102,7 +145,11 @@ class SessionTable:
         return self._sessions.get(session_id)
 
     def live(self) -> list[Session]:
+        """Every session whose id is still valid, with or without a worker."""
         return [s for s in self._sessions.values() if s.state not in ENDED]
+
+    def with_worker(self) -> list[Session]:
+        return [s for s in self._sessions.values() if s.connection is not None]
 
     def forget(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)

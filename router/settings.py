@@ -12,6 +12,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 DEBIAN_CHROMIUM = Path("/usr/bin/chromium")
+WORKER_MEMORY_BYTES = 600 * 1024 * 1024
+DEFAULT_LIVE_WORKERS = 8  # when the machine's RAM cannot be read
 
 
 def default_state_dir() -> Path:
@@ -28,6 +30,15 @@ def find_browser() -> str | None:
     return str(DEBIAN_CHROMIUM) if DEBIAN_CHROMIUM.exists() else None
 
 
+def default_max_live_workers() -> int:
+    """One worker per ~600 MiB of RAM: a worker with one page open takes ~520 MiB (PSS)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return DEFAULT_LIVE_WORKERS
+    return max(1, total // WORKER_MEMORY_BYTES)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MCP_ROUTER_", extra="ignore")
 
@@ -35,7 +46,14 @@ class Settings(BaseSettings):
     port: int = 4000
     state_dir: Path = Field(default_factory=default_state_dir)
     idle_timeout: float = 60.0
-    max_sessions: int = 64
+    # Known session ids (live or dormant); workers are capped separately by max_live_workers.
+    max_sessions: int = 1000
+    max_live_workers: int = Field(default_factory=default_max_live_workers)
+    session_retention_hours: float = 24.0  # a dormant session stays resumable this long
+    health_interval: float = 30.0
+    max_restarts: int = 3  # per session, within restart_window seconds
+    restart_window: float = 300.0
+    restart_backoff: list[float] = Field(default_factory=lambda: [1.0, 2.0, 4.0])
     max_body_bytes: int = 4 * 1024 * 1024
     browser: str | None = None
     headless: bool = True

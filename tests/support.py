@@ -61,6 +61,7 @@ class RouterThread:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.app.state.manager.request_stop()  # as the CLI's signal handler does: held streams end
         self.server.should_exit = True
         self.thread.join(timeout=30)
         assert not self.thread.is_alive(), "router did not shut down"

@@ -9,8 +9,35 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Final
 
-__all__ = ["RestartBudget"]
+import anyio
+
+from .ports import LOOPBACK
+
+if TYPE_CHECKING:
+    from .supervisor import Worker
+
+__all__ = ["HEALTH_FAILURES", "HEALTH_INTERVAL", "RestartBudget", "probe"]
+
+HEALTH_INTERVAL: Final = 30.0  # seconds between checks of one worker
+HEALTH_FAILURES: Final = 3  # failed checks in a row before the worker is restarted
+PROBE_TIMEOUT: Final = 2.0  # a listening socket accepts in microseconds; a wedged one never does
+
+
+async def probe(worker: Worker) -> bool:
+    """Alive and its port accepting. A busy node still accepts (the kernel does), so a long tool
+    call never fails this; a hung or port-less process does."""
+    if not worker.alive():
+        return False
+    with anyio.move_on_after(PROBE_TIMEOUT):
+        try:
+            stream = await anyio.connect_tcp(LOOPBACK, worker.port)
+        except OSError:
+            return False
+        await stream.aclose()
+        return True
+    return False
 
 
 class RestartBudget:

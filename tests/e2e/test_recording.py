@@ -133,3 +133,24 @@ def test_record_survives_for_ended_sessions(pw_router: RouterThread) -> None:
         states = {r[0] for r in conn.execute("SELECT state FROM sessions")}
     assert "closed" in states
     assert isinstance(Path(pw_router.settings.state_dir), Path)
+
+
+def test_create_new_session_gives_a_fresh_browser_linked_in_the_record(pw_router: RouterThread, pages: str) -> None:
+    with RawClient(pw_router.url) as c:
+        c.initialize()
+        before = c.call("browser_navigate", url=f"{pages}/set?v=old")
+        assert "set old" in text_of(before)
+        old_pid = pw_router.manager.sessions.get(c.session_id).connection.worker.pid
+        renewed = c.call("create_new_session")
+        assert renewed["result"].get("isError") is not True, renewed
+        browser_session = text_of(renewed).rsplit(" ", 1)[-1]
+        new_pid = pw_router.manager.sessions.get(c.session_id).connection.worker.pid
+        assert new_pid != old_pid
+        after = text_of(c.call("browser_navigate", url=f"{pages}/get"))
+        assert "cookie=none storage=none" in after, after
+        # The earlier call's record is still this conversation's.
+        assert "set old" in text_of(c.call("get_content", ref_id=ref_of(before)))
+        with db(pw_router) as conn:
+            row = conn.execute("SELECT parent_id FROM sessions WHERE id = ?", (browser_session,)).fetchone()
+        assert row is not None and row["parent_id"] == c.session_id
+        c.delete()

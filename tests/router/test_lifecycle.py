@@ -37,8 +37,13 @@ def test_idle_session_is_reaped_even_with_an_open_get_stream(tmp_path: Path, sta
             time.sleep(0.2)
         assert not processes_for(state_dir, c.session_id)
         assert stream_ended.wait(10), "the GET stream must end when its worker is reaped"
-        r = c.post({"jsonrpc": "2.0", "id": 9, "method": "tools/list"})
-        assert r.status_code == 404
+        # The id outlives its worker (issue 4): the next request resumes it on a new worker.
+        assert (state_dir / "sessions" / (c.session_id or "") / "profile").is_dir()
+        assert not (state_dir / "sessions" / (c.session_id or "") / "out").exists()
+        answer = c.request("tools/list")
+        assert "echo" in {t["name"] for t in answer["result"]["tools"]}
+        assert processes_for(state_dir, c.session_id)
+        assert c.delete().status_code == 200
         assert not (state_dir / "sessions" / (c.session_id or "")).exists()
 
 
@@ -92,10 +97,10 @@ def test_worker_crash_mid_call_gives_an_error_for_that_call(state_dir: Path) -> 
             messages = [r.json()]
         errors = [m for m in messages if m.get("id") == 21 and "error" in m]
         assert errors, r.text
-        # A crash ends the session; the next request is told so, never left hanging.
+        # A crash does not end the session: the next request resumes it on a new worker.
         wait_for(lambda: not processes_for(state_dir, c.session_id), timeout=10)
-        follow = c.post({"jsonrpc": "2.0", "id": 22, "method": "tools/list"})
-        assert follow.status_code in (404, 502, 503)
+        assert c.text("echo", text="back") == "back"
+        c.delete()
 
 
 def test_delete_ends_the_worker_and_forgets_the_id(state_dir: Path) -> None:

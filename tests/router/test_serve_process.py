@@ -79,3 +79,23 @@ def test_orphans_of_a_killed_router_are_ended_at_next_start(state_dir: Path) -> 
     finally:
         second.terminate()
         second.wait(timeout=15)
+
+
+def test_sessions_command_shows_live_state_of_a_running_router(state_dir: Path) -> None:
+    port = free_port()
+    proc = start_router(state_dir, port)
+    try:
+        with RawClient(f"http://127.0.0.1:{port}/mcp") as c:
+            c.initialize(name="live-cli")
+            out = subprocess.run(
+                [sys.executable, "-m", "router.cli", "sessions", "--state-dir", str(state_dir)],
+                cwd=ROOT, capture_output=True, text=True, timeout=30, check=False,
+            )
+            assert out.returncode == 0, out.stderr
+            assert "PID" in out.stdout and "MEMORY" in out.stdout
+            line = next(line for line in out.stdout.splitlines() if (c.session_id or "?") in line)
+            assert "live-cli" in line
+            c.delete()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)

@@ -1,0 +1,91 @@
+"""Ending a session for good from the command line (`mcp-router sessions --end ID`).
+
+A running router owns its sessions, so the command asks it through the operator API
+(``POST /api/sessions/{id}/end``, router/api.py, with its action header);
+it finds the router through ``router.json`` in the state dir, written while the router runs.
+With no router running, the command marks the session closed in the record and deletes its files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Final
+
+import httpx
+
+from router import schema
+from router.api import ACTION_HEADER
+from router.sessions import MINTED_ID_RE
+
+ROUTER_FILE: Final = "router.json"
+DB_NAME: Final = "router.db"
+ADMIN_TIMEOUT: Final = 30.0  # ending a session waits for its worker's grace period
+
+
+@contextmanager
+def router_file(state_dir: Path, host: str, port: int) -> Iterator[None]:
+    """Says where this router listens, for as long as it runs."""
+    path = state_dir / ROUTER_FILE
+    connect_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    path.write_text(json.dumps({"pid": os.getpid(), "url": f"http://{connect_host}:{port}", "started": time.time()}))
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def running_router(state_dir: Path) -> str | None:
+    try:
+        data = json.loads((state_dir / ROUTER_FILE).read_text())
+        os.kill(int(data["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no file, or its router died without removing it (SIGKILL)
+    url = data.get("url")
+    return url if isinstance(url, str) else None
+
+
+def end_session(state_dir: Path, session_id: str) -> tuple[bool, str]:
+    """Ends a session for good, through the running router if there is one. (ok, message)"""
+    url = running_router(state_dir)
+    if url is not None:
+        try:
+            response = httpx.post(
+                f"{url}/api/sessions/{session_id}/end",
+                headers={ACTION_HEADER: "1"},
+                timeout=ADMIN_TIMEOUT,
+                trust_env=False,
+            )
+        except httpx.HTTPError as exc:
+            return False, f"the router at {url} did not answer: {exc}"
+        if response.status_code == 404:
+            return False, f"no such session {session_id}"
+        if response.status_code != 200:
+            return False, f"the router answered {response.status_code}: {response.text[:200]}"
+        return True, f"ended {session_id} (through the router at {url})"
+    return _end_offline(state_dir, session_id)
+
+
+def _end_offline(state_dir: Path, session_id: str) -> tuple[bool, str]:
+    if not MINTED_ID_RE.fullmatch(session_id):
+        return False, f"no such session {session_id}"
+    session_dir = state_dir / "sessions" / session_id
+    found = session_dir.is_dir()
+    db = state_dir / DB_NAME
+    if db.exists():
+        conn = schema.connect(db)
+        try:
+            cur = conn.execute("UPDATE sessions SET state = 'closed' WHERE id = ?", (session_id,))
+            found = found or cur.rowcount > 0
+        except sqlite3.Error as exc:
+            return False, f"could not update the record: {exc}"
+        finally:
+            conn.close()
+    shutil.rmtree(session_dir, ignore_errors=True)
+    return (True, f"ended {session_id}") if found else (False, f"no such session {session_id}")

@@ -1,0 +1,256 @@
+"""Read-only JSON API under /api/ (sessions, their calls, one call), plus two operator actions.
+
+Reads merge the live state held by the SessionManager with the record (router.records). The
+actions (end, hibernate) change state, so they are guarded against cross-site requests on top of
+the Origin/Host middleware that wraps the whole app: they need a custom header, which a page on
+another origin can only send after a CORS preflight that this router never grants, and a
+same-origin Origin when the browser sends one (a page on another loopback port passes the
+middleware's loopback rule but not this one).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from router.call_view import call_images, fill_from_answer, tool_result
+from router.errors import RouterError
+from router.manager import SessionManager
+from router.memory import MemorySampler
+from router.records import RecordNotFound, Records
+from router.sessions import ENDED, Session, State
+
+log = logging.getLogger("mcp_router.api")
+
+ACTION_HEADER: Final = "x-mcp-router-action"
+DEFAULT_LIMIT: Final = 200
+MAX_LIMIT: Final = 1000
+_SAFE_FETCH_SITES: Final = frozenset({"same-origin", "none"})
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def _client_name(info: dict[str, Any]) -> str | None:
+    name, version = info.get("name"), info.get("version")
+    if not name:
+        return None
+    return f"{name} {version}" if version else str(name)
+
+
+def cross_site_refusal(request: Request) -> str | None:
+    """Why an action request must be refused, or None. Pure; the tests call it too."""
+    if request.headers.get(ACTION_HEADER) != "1":
+        return f"missing {ACTION_HEADER} header"
+    fetch_site = request.headers.get("sec-fetch-site")
+    if fetch_site is not None and fetch_site not in _SAFE_FETCH_SITES:
+        return f"cross-site request (Sec-Fetch-Site: {fetch_site})"
+    origin = request.headers.get("origin")
+    if origin is not None:
+        host = request.headers.get("host", "")
+        parts = urlsplit(origin.strip().lower())
+        if parts.netloc != host.strip().lower() or parts.scheme not in ("http", "https"):
+            return f"Origin {origin!r} is not this router ({host!r})"
+    return None
+
+
+class Api:
+    def __init__(self, manager: SessionManager, memory: MemorySampler | None = None) -> None:
+        self.manager = manager
+        self.memory = memory or MemorySampler()
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/api/sessions", self.sessions, methods=["GET"]),
+            Route("/api/sessions/{session_id}", self.session, methods=["GET"]),
+            Route("/api/sessions/{session_id}/end", self.end, methods=["POST"]),
+            Route("/api/sessions/{session_id}/hibernate", self.hibernate, methods=["POST"]),
+            Route("/api/calls/{ref_id}", self.call, methods=["GET"]),
+            Route("/api/calls/{ref_id}/images/{n:int}", self.image, methods=["GET"]),
+        ]
+
+    # ---------------------------------------------------------------- helpers
+
+    @property
+    def records(self) -> Records | None:
+        recorder = self.manager.recorder
+        return recorder.records if recorder is not None else None
+
+    def output_dir(self, session_id: str) -> Path:
+        return self.manager.supervisor.session_dir(session_id) / "out"
+
+    async def _memory(self, sessions: list[Session]) -> dict[str, int]:
+        roots = {
+            s.id: s.connection.worker.pid
+            for s in sessions
+            if s.connection is not None and s.connection.worker.alive()
+        }
+        return await self.memory.sample(roots)
+
+    def _row(self, record: dict[str, Any] | None, live: Session | None, memory: dict[str, int]) -> dict[str, Any]:
+        """One session as the API shows it: the live state when the router holds it, else the record's."""
+        rec = record or {}
+        row: dict[str, Any] = {
+            "id": live.id if live is not None else rec.get("id"),
+            "state": rec.get("state"),
+            "live": False,
+            "client": rec.get("client"),
+            "created": rec.get("created"),
+            "last_activity": rec.get("last_activity"),
+            "calls": rec.get("calls"),
+            "errors": rec.get("errors"),
+            "requests": rec.get("requests"),
+            "parent_id": rec.get("parent_id"),
+            "protocol_version": rec.get("protocol_version"),
+            "worker_pid": None,
+            "worker_port": None,
+            "memory_bytes": None,
+            "in_flight": 0,
+            "idle_seconds": None,
+        }
+        if live is None:
+            return row
+        worker = live.connection.worker if live.connection is not None else None
+        row.update(
+            state=live.state.value,
+            live=live.state not in ENDED,
+            client=_client_name(live.client_info) or rec.get("client"),
+            created=rec.get("created") or live.created,
+            last_activity=max(live.last_activity, rec.get("last_activity") or 0.0),
+            protocol_version=live.protocol_version or rec.get("protocol_version"),
+            in_flight=live.in_flight,
+            idle_seconds=round(live.idle_for(time.monotonic()), 1),
+        )
+        if worker is not None and worker.alive():
+            row.update(worker_pid=worker.pid, worker_port=worker.port, memory_bytes=memory.get(live.id))
+        return row
+
+    # ---------------------------------------------------------------- reads
+
+    async def sessions(self, request: Request) -> Response:
+        try:
+            limit = min(int(request.query_params.get("limit", DEFAULT_LIMIT)), MAX_LIMIT)
+        except ValueError:
+            return _error(400, "limit must be an integer")
+        live = {s.id: s for s in self.manager.sessions}
+        memory = await self._memory(list(live.values()))
+        records = self.records
+        recorded = await records.list_sessions(limit=limit) if records is not None else []
+        rows = [self._row(r, live.pop(r["id"], None), memory) for r in recorded]
+        # Live sessions the record does not show (recording off, or beyond the limit) come first.
+        extra = [self._row(None, s, memory) for s in sorted(live.values(), key=lambda s: -s.created)]
+        return JSONResponse({"sessions": extra + rows, "recording": records is not None, "now": time.time()})
+
+    async def session(self, request: Request) -> Response:
+        session_id = request.path_params["session_id"]
+        live = self.manager.sessions.get(session_id)
+        records = self.records
+        record: dict[str, Any] | None = None
+        calls: list[dict[str, Any]] = []
+        if records is not None:
+            try:
+                full = await records.get_session(session_id)
+            except RecordNotFound:
+                full = None
+            if full is not None:
+                calls = await records.session_calls(session_id)
+                info = full.get("client_info")
+                record = {
+                    **full,
+                    "client": _client_name(info if isinstance(info, dict) else {}),
+                    "requests": len(calls),
+                    "calls": sum(1 for c in calls if c["method"] == "tools/call"),
+                    "errors": sum(1 for c in calls if c["status"] == "error"),
+                }
+        if record is None and live is None:
+            return _error(404, f"unknown session {session_id}")
+        memory = await self._memory([live]) if live is not None else {}
+        return JSONResponse({"session": self._row(record, live, memory), "calls": calls})
+
+    async def call(self, request: Request) -> Response:
+        ref_id = request.path_params["ref_id"]
+        found = await self._call(ref_id)
+        if isinstance(found, Response):
+            return found
+        call, images = found
+        call["images"] = [
+            {"n": n, "url": f"/api/calls/{ref_id}/images/{n}", "mime": img.mime, "source": img.source,
+             "name": img.name}
+            for n, img in enumerate(images)
+        ]
+        return JSONResponse({"call": call})
+
+    async def _call(self, ref_id: str) -> tuple[dict[str, Any], list[Any]] | Response:
+        records = self.records
+        if records is None:
+            return _error(503, "the record is not available (recording is off)")
+        try:
+            call = await records.get_call(ref_id)
+        except RecordNotFound:
+            return _error(404, f"unknown call {ref_id}")
+        result = tool_result(call.get("result"))
+        out_dir = self.output_dir(str(call["session_id"]))
+        fill_from_answer(call, result, out_dir)
+        return call, call_images(result, out_dir)
+
+    async def image(self, request: Request) -> Response:
+        found = await self._call(request.path_params["ref_id"])
+        if isinstance(found, Response):
+            return found
+        _, images = found
+        n = request.path_params["n"]
+        if not 0 <= n < len(images):
+            return _error(404, "no such image")
+        data = images[n].read()
+        if data is None:
+            return _error(404, "the image file is gone (its session's files were removed)")
+        return Response(
+            data, media_type=images[n].mime,
+            # The bytes came from a browser-driven process: never let them run as a document.
+            headers={"x-content-type-options": "nosniff", "content-security-policy": "default-src 'none'",
+                     "cache-control": "private, max-age=3600"},
+        )
+
+    # ---------------------------------------------------------------- actions
+
+    async def _action(
+        self, request: Request, name: str, act: Callable[[Session], Awaitable[bool]] | None
+    ) -> Response:
+        refusal = cross_site_refusal(request)
+        if refusal is not None:
+            return _error(403, refusal)
+        session_id = request.path_params["session_id"]
+        try:
+            # Also finds a dormant session a previous run of the router left on disk.
+            session = await self.manager.lookup(session_id)
+        except RouterError:
+            return _error(404, f"no live session {session_id}")
+        if act is None:
+            return _error(501, f"{name} is not available in this version of the router")
+        log.info("api: %s session=%s", name, session_id, extra={"session": session_id, "event": f"api_{name}"})
+        if not await act(session):
+            return _error(409, f"cannot {name} session {session_id} now (state {session.state.value}, "
+                               f"{session.in_flight} call(s) in flight)")
+        return JSONResponse({"id": session_id, "state": session.state.value})
+
+    async def end(self, request: Request) -> Response:
+        async def end(session: Session) -> bool:
+            await self.manager.end(session, State.CLOSED)
+            return True
+
+        return await self._action(request, "end", end)
+
+    async def hibernate(self, request: Request) -> Response:
+        # Looked up rather than called directly: the API must not break if the continuity work
+        # (issue 4) is not part of the build; then the action answers 501.
+        hibernate: Callable[[Session], Awaitable[bool]] | None = getattr(self.manager, "hibernate", None)
+        return await self._action(request, "hibernate", hibernate)

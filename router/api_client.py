@@ -1,0 +1,39 @@
+"""Client side of the JSON API, for CLI commands that want the live state of a running router."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import httpx
+
+TIMEOUT: Final = 1.0  # a CLI must not hang on a router that is not there; loopback answers in ms
+# A router bound to every address is reached over loopback; its Host check accepts that name.
+_CONNECT_HOSTS: Final = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
+
+
+def base_url(host: str, port: int) -> str:
+    target = _CONNECT_HOSTS.get(host, host)
+    return f"http://[{target}]:{port}" if ":" in target else f"http://{target}:{port}"
+
+
+def fetch_live_sessions(host: str, port: int, *, timeout: float = TIMEOUT) -> list[dict[str, Any]] | None:
+    """The rows of GET /api/sessions of the router at host:port (live state merged with the
+    record; each has ``id``, ``state``, ``live``, ``client``, ``created``, ``last_activity``,
+    ``calls``, ``errors``, ``worker_pid``, ``worker_port``, ``memory_bytes``), or None when no
+    router answers there (or something else does)."""
+    return fetch_live_sessions_at(base_url(host, port), timeout=timeout)
+
+
+def fetch_live_sessions_at(url: str, *, timeout: float = TIMEOUT) -> list[dict[str, Any]] | None:
+    """The same from a base URL, e.g. the one ``router.admin.running_router(state_dir)`` finds."""
+    try:
+        response = httpx.get(f"{url.rstrip('/')}/api/sessions", timeout=timeout, trust_env=False)
+        if response.status_code != 200:
+            return None
+        body = response.json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    sessions = body.get("sessions") if isinstance(body, dict) else None
+    if not isinstance(sessions, list):
+        return None
+    return [s for s in sessions if isinstance(s, dict)]

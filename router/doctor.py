@@ -1,0 +1,230 @@
+"""`mcp-router doctor`: checks what the router needs on this machine, one line each, with the fix.
+
+Each check returns a ``Check``; the command prints ``✓ ...`` or ``✗ ... — fix: ...`` and exits 1
+when any failed. Warnings (``!``) do not fail: the router works, but not as well as it could.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import httpx
+
+from router import schema
+from router.settings import Settings
+from workers.spec import default_cli_path
+
+DB_NAME: Final = "router.db"
+NODE_MIN: Final = 18
+NODE_RECOMMENDED: Final = 20
+BROWSER_TIMEOUT: Final = 30.0
+UNIT_NAME: Final = "mcp-router.service"
+WORKERS_DIR: Final = default_cli_path().parents[3]  # workers/node_modules/@playwright/mcp/cli.js
+
+
+@dataclass(frozen=True)
+class Check:
+    ok: bool
+    message: str
+    fix: str = ""
+    warning: bool = False
+
+    def line(self) -> str:
+        if not self.ok:
+            return f"✗ {self.message} — fix: {self.fix}"
+        return f"{'!' if self.warning else '✓'} {self.message}" + (f" — {self.fix}" if self.fix else "")
+
+
+def check_node() -> Check:
+    node = shutil.which("node")
+    if node is None:
+        return Check(False, "node not found on PATH", f"install Node.js ≥ {NODE_RECOMMENDED} (scripts/setup), "
+                     "or put its directory on PATH (the systemd unit has an Environment=PATH line)")
+    try:
+        out = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check(False, f"node at {node} does not run: {exc}", "reinstall Node.js")
+    match = re.match(r"v(\d+)\.", out.stdout.strip())
+    if out.returncode != 0 or match is None:
+        return Check(False, f"node at {node} gave no version ({out.stderr.strip()[:200]})", "reinstall Node.js")
+    major = int(match.group(1))
+    version = out.stdout.strip()
+    if major < NODE_MIN:
+        return Check(False, f"node {version} is too old ({node})", f"install Node.js ≥ {NODE_RECOMMENDED}")
+    if major < NODE_RECOMMENDED:
+        return Check(True, f"node {version} ({node})", f"Node.js ≥ {NODE_RECOMMENDED} is recommended", warning=True)
+    return Check(True, f"node {version} ({node})")
+
+
+def check_worker_package(workers_dir: Path = WORKERS_DIR) -> Check:
+    fix = f"run scripts/setup (npm ci in {workers_dir})"
+    try:
+        wanted = json.loads((workers_dir / "package.json").read_text())["dependencies"]["@playwright/mcp"]
+    except (OSError, ValueError, KeyError) as exc:
+        return Check(False, f"cannot read the pinned worker version: {exc}", "restore workers/package.json")
+    installed_file = workers_dir / "node_modules" / "@playwright" / "mcp" / "package.json"
+    try:
+        installed = json.loads(installed_file.read_text())["version"]
+    except (OSError, ValueError, KeyError):
+        return Check(False, f"@playwright/mcp {wanted} is not installed", fix)
+    if installed != wanted:
+        return Check(False, f"@playwright/mcp {installed} installed, {wanted} pinned", fix)
+    return Check(True, f"@playwright/mcp {installed} installed (pinned)")
+
+
+def check_browser(settings: Settings, timeout: float = BROWSER_TIMEOUT) -> Check:
+    browser = settings.browser_path()
+    if browser is None:
+        return Check(False, "no Chromium found", "install chromium (scripts/setup) or set MCP_ROUTER_BROWSER")
+    if not os.access(browser, os.X_OK):
+        return Check(False, f"browser {browser} is not executable", "point MCP_ROUTER_BROWSER at a Chromium binary")
+    with tempfile.TemporaryDirectory(prefix="mcp-router-doctor-") as profile:
+        argv = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                f"--user-data-dir={profile}", "--dump-dom", "about:blank"]
+        # Own session, so a browser that hangs is killed with all its helper processes.
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return Check(False, f"browser {browser} did not finish a headless run in {timeout:g} s",
+                         "run it by hand with --headless --dump-dom about:blank and read its errors")
+        finally:
+            _kill_group(proc)
+    if proc.returncode != 0 or b"<html" not in out.lower():
+        tail = err.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
+        return Check(False, f"browser {browser} does not launch headless ({tail[0][:200]})",
+                     "install a working Chromium (scripts/setup) or set MCP_ROUTER_BROWSER")
+    return Check(True, f"browser {browser} launches headless")
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+
+
+def check_state_dir(state_dir: Path) -> Check:
+    fix = f"make {state_dir} writable, or set MCP_ROUTER_STATE_DIR / --state-dir"
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=state_dir, prefix=".doctor-"):
+            pass
+    except OSError as exc:
+        return Check(False, f"state dir {state_dir} is not writable ({exc.strerror or exc})", fix)
+    return Check(True, f"state dir {state_dir} is writable")
+
+
+def check_database(state_dir: Path) -> Check:
+    path = state_dir / DB_NAME
+    if not path.exists():
+        return Check(True, f"no database yet at {path} (created on first start)")
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5)
+        try:
+            version = schema.user_version(conn)
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        return Check(False, f"database {path} does not open ({exc})", f"move {path} aside; the router starts a new one")
+    if version > schema.SCHEMA_VERSION:
+        return Check(False, f"database {path} has schema v{version}, newer than this router (v{schema.SCHEMA_VERSION})",
+                     "upgrade mcp-router, or move the file aside")
+    note = "" if version == schema.SCHEMA_VERSION else f" (migrated to v{schema.SCHEMA_VERSION} on start)"
+    return Check(True, f"database {path} opens, schema v{version}{note}")
+
+
+def _connect_host(host: str) -> str:
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+
+def check_port(host: str, port: int) -> Check:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+            return Check(True, f"port {host}:{port} is free")
+        except OSError as exc:
+            bind_error = exc.strerror or str(exc)
+    target = _connect_host(host)
+    netloc = f"[{target}]:{port}" if ":" in target else f"{target}:{port}"
+    try:
+        answer = httpx.get(f"http://{netloc}/healthz", timeout=2, trust_env=False)
+        if answer.status_code == 200 and answer.json().get("status") == "ok":
+            return Check(True, f"a router already answers on {host}:{port}")
+    except (httpx.HTTPError, ValueError, AttributeError):
+        pass
+    return Check(False, f"port {host}:{port} is not available ({bind_error})",
+                 "stop what uses it, or choose another with --port / MCP_ROUTER_PORT")
+
+
+def unit_path() -> Path:
+    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(config) / "systemd" / "user" / UNIT_NAME
+
+
+def check_unit() -> Check:
+    path = unit_path()
+    if not path.is_file():
+        return Check(False, f"systemd user unit not installed ({path})",
+                     f"cp deploy/{UNIT_NAME} {path.parent}/ && systemctl --user daemon-reload "
+                     "&& systemctl --user enable --now mcp-router")
+    return Check(True, f"systemd user unit installed ({path})")
+
+
+def run_checks(settings: Settings, *, progress: Callable[[Check], None] | None = None) -> list[Check]:
+    state_dir = Path(settings.state_dir)
+    steps: list[Callable[[], Check]] = [
+        check_node,
+        check_worker_package,
+        lambda: check_browser(settings),
+        lambda: check_state_dir(state_dir),
+        lambda: check_database(state_dir),
+        lambda: check_port(settings.host, settings.port),
+        check_unit,
+    ]
+    results = []
+    for step in steps:
+        try:
+            result = step()
+        except Exception as exc:  # a check that breaks is a finding, not a crash of the doctor
+            result = Check(False, f"{getattr(step, '__name__', 'check')} failed: {exc!r}", "report this as a bug")
+        results.append(result)
+        if progress is not None:
+            progress(result)
+    return results
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("doctor", help="check node, the worker package, the browser, state dir, database, port, unit")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.add_argument("--state-dir")
+    p.add_argument("--browser", help="path of the Chromium binary")
+    p.set_defaults(func=_doctor)
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    overrides = {k: getattr(args, k) for k in ("host", "port", "state_dir", "browser") if getattr(args, k) is not None}
+    settings = Settings(**overrides)
+    results = run_checks(settings, progress=lambda c: print(c.line(), flush=True))
+    failed = sum(not c.ok for c in results)
+    print(f"{failed} problem(s) found" if failed else "all checks passed")
+    return 1 if failed else 0

@@ -1,0 +1,214 @@
+"""Prometheus metrics: one registry per app, counters bumped by the manager and the exchange,
+gauges read at scrape time.
+
+Gauges (live workers, sessions by state, recorder queue, db size) are computed by a collector when
+/metrics is scraped rather than incremented around the code: a missed decrement can never leave
+them wrong, and the hot path pays nothing for them. Each app owns its registry (never the
+process-wide default), so two routers in one process (tests) never mix their numbers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from router.manager import SessionManager
+
+PREFIX: Final = "mcp_router"
+# Tool names come from clients: past this many distinct names, the rest count as "other" so a
+# misbehaving client cannot grow the series without bound.
+MAX_TOOL_LABELS: Final = 200
+OTHER: Final = "other"
+SPAWN_BUCKETS: Final = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
+CALL_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+OVERHEAD_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+# Session states → the reason label; "reaped" reads better as what caused it.
+REAP_REASONS: Final = {"reaped": "idle"}
+
+
+@dataclass
+class RequestTiming:
+    """Shared between the /mcp timing wrapper and the request's Exchange: the exchange writes how
+    long the worker took, the wrapper subtracts it from the whole request's time."""
+
+    upstream_s: float | None = None
+    # A request that had to start a worker (spawn, resume) mostly waited for that; the spawn
+    # histogram measures it, so such a request is left out of the router-added figure.
+    started_worker: bool = False
+
+
+# A context variable rather than an argument: the Exchange is built deep inside the endpoint,
+# which has no reason to know about metrics. Tasks the endpoint starts copy the context, so they
+# see the same RequestTiming object. Per request, not shared mutable state between apps.
+current_timing: ContextVar[RequestTiming | None] = ContextVar("mcp_router_request_timing", default=None)
+
+
+def _note_worker_start() -> None:
+    timing = current_timing.get()
+    if timing is not None:
+        timing.started_worker = True
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.spawns = Counter(f"{PREFIX}_spawns", "Worker spawns", ["outcome"], registry=r)
+        self.spawn_seconds = Histogram(
+            f"{PREFIX}_spawn_seconds", "Time until a spawned worker is ready", buckets=SPAWN_BUCKETS, registry=r
+        )
+        self.reaps = Counter(
+            f"{PREFIX}_reaps", "Sessions put to sleep or ended, by reason (idle, hibernated, closed, error)",
+            ["reason"], registry=r,
+        )
+        self.crashes = Counter(
+            f"{PREFIX}_crashes", "Workers lost: exited on their own or failed their health checks", registry=r
+        )
+        self.restarts = Counter(f"{PREFIX}_restarts", "Workers restarted after a crash or failed health", registry=r)
+        self.resumes = Counter(f"{PREFIX}_resumes", "Sessions resumed on a new worker", registry=r)
+        self.tool_calls = Counter(f"{PREFIX}_tool_calls", "tools/call requests", ["tool", "status"], registry=r)
+        self.requests = Counter(f"{PREFIX}_requests", "Client requests by JSON-RPC method", ["method", "status"],
+                                registry=r)
+        self.call_seconds = Histogram(
+            f"{PREFIX}_call_seconds", "tools/call latency (router in to answer out)", ["tool"],
+            buckets=CALL_BUCKETS, registry=r,
+        )
+        self.router_seconds = Histogram(
+            f"{PREFIX}_router_added_seconds",
+            "Time a forwarded request spent in the router, excluding the wait for the worker (approximate)",
+            buckets=OVERHEAD_BUCKETS, registry=r,
+        )
+        self._tools: set[str] = set()
+
+    # ---------------------------------------------------------------- instrumentation
+
+    def spawned(self, seconds: float) -> None:
+        self.spawns.labels("ok").inc()
+        self.spawn_seconds.observe(seconds)
+        _note_worker_start()
+
+    def spawn_failed(self) -> None:
+        self.spawns.labels("failed").inc()
+        _note_worker_start()
+
+    def ended(self, state: str) -> None:
+        self.reaps.labels(REAP_REASONS.get(state, state)).inc()
+
+    def crashed(self) -> None:
+        self.crashes.inc()
+
+    def restarted(self) -> None:
+        self.restarts.inc()
+
+    def resumed(self) -> None:
+        self.resumes.inc()
+        _note_worker_start()
+
+    def call_done(self, method: str, tool: str | None, status: str, seconds: float) -> None:
+        self.requests.labels(method, status).inc()
+        if method == "tools/call":
+            label = self._tool_label(tool or "")
+            self.tool_calls.labels(label, status).inc()
+            self.call_seconds.labels(label).observe(seconds)
+        timing = current_timing.get()
+        if timing is not None:
+            timing.upstream_s = seconds
+
+    def _tool_label(self, tool: str) -> str:
+        if tool in self._tools:
+            return tool
+        if len(self._tools) >= MAX_TOOL_LABELS:
+            return OTHER
+        self._tools.add(tool)
+        return tool
+
+    # ---------------------------------------------------------------- scrape time
+
+    def watch(self, manager: SessionManager, db_path: Path | None) -> None:
+        """Registers the scrape-time gauges; called once by create_app."""
+        self.registry.register(_LiveCollector(manager, db_path))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    async def endpoint(self, request: Request) -> Response:
+        return Response(self.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+class _LiveCollector(Collector):
+    def __init__(self, manager: SessionManager, db_path: Path | None) -> None:
+        self.manager = manager
+        self.db_path = db_path
+
+    def collect(self) -> Iterable[Metric]:
+        workers = GaugeMetricFamily(f"{PREFIX}_live_workers", "Worker processes alive now")
+        workers.add_metric([], self.manager.supervisor.live_count)
+        yield workers
+        by_state = Tally(s.state.value for s in self.manager.sessions)
+        sessions = GaugeMetricFamily(f"{PREFIX}_sessions", "Sessions the router holds, by state", labels=["state"])
+        for state, count in sorted(by_state.items()):
+            sessions.add_metric([state], count)
+        yield sessions
+        recorder = self.manager.recorder
+        if recorder is not None:
+            queue = GaugeMetricFamily(f"{PREFIX}_recorder_queue_depth", "Record items waiting for the writer")
+            queue.add_metric([], recorder.queue_len)
+            yield queue
+            dropped = GaugeMetricFamily(
+                f"{PREFIX}_recorder_dropped", "Record items refused because the queue was full (since start)"
+            )
+            dropped.add_metric([], recorder.dropped)
+            yield dropped
+        if self.db_path is not None:
+            size = GaugeMetricFamily(f"{PREFIX}_db_size_bytes", "Size of the record database with its WAL")
+            size.add_metric([], _db_size(self.db_path))
+            yield size
+
+
+def _db_size(db_path: Path) -> int:
+    total = 0
+    for suffix in ("", "-wal"):
+        try:
+            total += db_path.with_name(db_path.name + suffix).stat().st_size
+        except OSError:
+            continue
+    return total
+
+
+class TimedEndpoint:
+    """Wraps the /mcp endpoint: the request's whole time minus the worker's share (written by the
+    exchange through ``current_timing``) is the router-added latency."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.clock = clock
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        timing = RequestTiming()
+        token = current_timing.set(timing)
+        started = self.clock()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            current_timing.reset(token)
+            if timing.upstream_s is not None and not timing.started_worker:
+                added = self.clock() - started - timing.upstream_s
+                self.metrics.router_seconds.observe(max(added, 0.0))
+

@@ -1,0 +1,234 @@
+// mcp-router dashboard. Plain DOM, no framework, no build step. Everything the page shows comes
+// from browser-driven pages (snapshots, console text, titles), so it is written with textContent
+// only: never innerHTML.
+"use strict";
+
+const POLL_MS = 1500;
+const ACTION_HEADER = "X-MCP-Router-Action";
+
+const state = { selected: null, callsKey: "", call: null };
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, props, ...children) {
+  const node = document.createElement(tag);
+  Object.assign(node, props || {});
+  for (const child of children) {
+    node.append(child instanceof Node ? child : document.createTextNode(child == null ? "" : String(child)));
+  }
+  return node;
+}
+
+function short(id) {
+  return id ? String(id).slice(0, 8) : "";
+}
+
+function duration(seconds) {
+  if (seconds == null || !isFinite(seconds)) return "-";
+  seconds = Math.max(0, seconds);
+  if (seconds < 60) return Math.floor(seconds) + "s";
+  if (seconds < 3600) return Math.floor(seconds / 60) + "m";
+  if (seconds < 86400) return Math.floor(seconds / 3600) + "h " + Math.floor((seconds % 3600) / 60) + "m";
+  return Math.floor(seconds / 86400) + "d";
+}
+
+function mib(bytes) {
+  return bytes == null ? "-" : (bytes / 1048576).toFixed(0) + " MiB";
+}
+
+function clock(ts) {
+  return ts == null ? "-" : new Date(ts * 1000).toLocaleTimeString();
+}
+
+async function getJson(url) {
+  const response = await fetch(url, { headers: { accept: "application/json" }, cache: "no-store" });
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error(body.error || response.status + " " + response.statusText);
+  return body;
+}
+
+// ------------------------------------------------------------------ sessions list
+
+function renderSessions(data) {
+  const tbody = $("sessions").tBodies[0];
+  const rows = data.sessions.map((s) => {
+    const tr = el(
+      "tr",
+      { className: "session" + (s.id === state.selected ? " selected" : "") },
+      el("td", {}, el("code", { title: s.id }, short(s.id))),
+      el("td", {}, el("span", { className: "state state-" + s.state }, s.state)),
+      el("td", {}, s.client || "-"),
+      el("td", {}, duration(data.now - s.created)),
+      el("td", {}, s.last_activity ? duration(data.now - s.last_activity) + " ago" : "-"),
+      el("td", { className: "num" }, s.calls == null ? "-" : s.calls),
+      el("td", { className: "num" + (s.errors ? " has-errors" : "") }, s.errors == null ? "-" : s.errors),
+      el("td", {}, s.worker_pid ? "pid " + s.worker_pid + " :" + s.worker_port : "-"),
+      el("td", { className: "num" }, mib(s.memory_bytes)),
+    );
+    tr.dataset.sessionId = s.id;
+    tr.dataset.state = s.state;
+    tr.addEventListener("click", () => selectSession(s.id));
+    return tr;
+  });
+  tbody.replaceChildren(...rows);
+  $("no-sessions").hidden = rows.length > 0;
+}
+
+async function pollSessions() {
+  try {
+    renderSessions(await getJson("/api/sessions"));
+    $("status").textContent = "live · updated " + new Date().toLocaleTimeString();
+    $("status").className = "ok";
+  } catch (err) {
+    $("status").textContent = "router unreachable: " + err.message;
+    $("status").className = "bad";
+  }
+}
+
+// ------------------------------------------------------------------ one session
+
+function argsText(call) {
+  const params = call.params || {};
+  const args = call.tool ? params.arguments : params;
+  if (args == null || (typeof args === "object" && Object.keys(args).length === 0)) return "";
+  return JSON.stringify(args);
+}
+
+function renderSession(data) {
+  const s = data.session;
+  $("session-id").textContent = s.id;
+  $("session-id").title = s.id;
+  $("session-state").textContent = s.state;
+  $("session-state").className = "state state-" + s.state;
+  const meta = [s.client || "unknown client", "created " + clock(s.created)];
+  if (s.worker_pid) meta.push("worker pid " + s.worker_pid + " port " + s.worker_port);
+  if (s.memory_bytes != null) meta.push(mib(s.memory_bytes));
+  $("session-meta").textContent = meta.join(" · ");
+  $("end-button").disabled = !s.live;
+  $("hibernate-button").disabled = !s.worker_pid; // dormant already: nothing to hibernate
+  const key = JSON.stringify(data.calls.map((c) => [c.ref_id, c.status]));
+  if (key === state.callsKey) return; // unchanged: keep the DOM (and a pending click) as it is
+  state.callsKey = key;
+  const rows = data.calls.map((c) => {
+    const tr = el(
+      "tr",
+      { className: "call" + (c.ref_id === state.call ? " selected" : "") },
+      el("td", {}, clock(c.ts)),
+      el("td", {}, c.tool || c.method),
+      el("td", { className: "args" }, argsText(c)),
+      el("td", {}, el("span", { className: "status status-" + (c.status || "pending") }, c.status || "pending")),
+      el("td", { className: "num" }, c.duration_ms == null ? "-" : Math.round(c.duration_ms) + " ms"),
+    );
+    tr.dataset.refId = c.ref_id;
+    tr.dataset.tool = c.tool || c.method;
+    tr.addEventListener("click", () => selectCall(c.ref_id));
+    return tr;
+  });
+  $("calls").tBodies[0].replaceChildren(...rows);
+  $("no-calls").hidden = rows.length > 0;
+}
+
+async function pollSession() {
+  if (!state.selected) return;
+  try {
+    renderSession(await getJson("/api/sessions/" + encodeURIComponent(state.selected)));
+  } catch (err) {
+    $("session-meta").textContent = err.message;
+  }
+}
+
+function selectSession(id) {
+  state.selected = id;
+  state.callsKey = "";
+  state.call = null;
+  $("session-panel").hidden = false;
+  $("call-panel").hidden = true;
+  $("action-result").textContent = "";
+  for (const tr of $("sessions").tBodies[0].rows) tr.classList.toggle("selected", tr.dataset.sessionId === id);
+  pollSession();
+}
+
+// ------------------------------------------------------------------ one call
+
+let snapshotLines = [];
+
+function renderSnapshot() {
+  const query = $("snapshot-search").value.trim().toLowerCase();
+  const lines = query ? snapshotLines.filter((l) => l.toLowerCase().includes(query)) : snapshotLines;
+  $("snapshot").textContent = snapshotLines.length ? lines.join("\n") : "(no page snapshot for this call)";
+  $("snapshot-count").textContent = query ? lines.length + " of " + snapshotLines.length + " lines" : "";
+}
+
+function renderCall(call) {
+  $("call-ref").textContent = call.ref_id;
+  $("call-tool").textContent = call.tool || call.method;
+  const meta = [call.status || "pending"];
+  if (call.duration_ms != null) meta.push(Math.round(call.duration_ms) + " ms");
+  if (call.error) meta.push("error: " + call.error);
+  $("call-meta").textContent = meta.join(" · ");
+  snapshotLines = call.page_snapshot ? call.page_snapshot.split("\n") : [];
+  renderSnapshot();
+  const entries = (call.console || []).map((e) => {
+    const where = e.location && e.location.url ? " @ " + e.location.url + ":" + e.location.line : "";
+    return el("li", { className: "level-" + e.level }, el("span", { className: "level" }, e.level), e.message + where);
+  });
+  $("console").replaceChildren(...(entries.length ? entries : [el("li", { className: "empty" }, "(no console entries)")]));
+  const images = (call.images || []).map((img) =>
+    el("figure", {}, el("img", { src: img.url, alt: img.name }), el("figcaption", {}, img.name + " (" + img.source + ")")),
+  );
+  $("images").replaceChildren(...(images.length ? images : [el("p", { className: "empty" }, "(none)")]));
+  let raw = call.result;
+  try {
+    raw = JSON.stringify(JSON.parse(call.result), null, 2);
+  } catch (_) {
+    // not JSON: show as recorded
+  }
+  $("raw").textContent = raw == null ? "(no result)" : raw;
+}
+
+async function selectCall(ref) {
+  state.call = ref;
+  for (const tr of $("calls").tBodies[0].rows) tr.classList.toggle("selected", tr.dataset.refId === ref);
+  try {
+    const data = await getJson("/api/calls/" + encodeURIComponent(ref));
+    $("call-panel").hidden = false;
+    renderCall(data.call);
+  } catch (err) {
+    $("call-panel").hidden = false;
+    $("call-meta").textContent = err.message;
+  }
+}
+
+// ------------------------------------------------------------------ actions
+
+async function act(name, question) {
+  const id = state.selected;
+  if (!id || !window.confirm(question.replace("{id}", short(id)))) return;
+  $("action-result").textContent = name + "…";
+  try {
+    const response = await fetch("/api/sessions/" + encodeURIComponent(id) + "/" + name, {
+      method: "POST",
+      headers: { [ACTION_HEADER]: "1" },
+    });
+    const body = await response.json().catch(() => ({}));
+    $("action-result").textContent = response.ok ? "session is now " + body.state : "failed: " + (body.error || response.status);
+  } catch (err) {
+    $("action-result").textContent = "failed: " + err.message;
+  }
+  pollSessions();
+  pollSession();
+}
+
+$("end-button").addEventListener("click", () =>
+  act("end", "End session {id}? Its browser is closed and the session cannot be used again."),
+);
+$("hibernate-button").addEventListener("click", () =>
+  act("hibernate", "Hibernate session {id}? Its browser is stopped; the next call resumes it."),
+);
+$("snapshot-search").addEventListener("input", renderSnapshot);
+
+pollSessions();
+setInterval(() => {
+  pollSessions();
+  pollSession();
+}, POLL_MS);

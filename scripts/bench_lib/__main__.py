@@ -1,0 +1,405 @@
+"""scripts/bench: router vs direct worker vs supergateway, in one bounded run; prints a Markdown table."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import FrameType
+
+from bench_lib import measure as m
+from bench_lib import profile, report
+from bench_lib.page import serve_page
+from bench_lib.procs import Registry
+from bench_lib.targets import (
+    Env,
+    ensure_supergateway,
+    router_help,
+    start_router,
+    start_supergateway,
+    start_worker,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+DIRECT, REC, NOREC, SG = "direct", "router", "router-norec", "supergateway"
+LABELS = {
+    DIRECT: "direct worker",
+    REC: "router (recording on)",
+    NOREC: "router (`--no-record`)",
+    SG: "supergateway `--stateful`",
+}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="scripts/bench", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="fewer iterations and sessions (~2–3 min)")
+    p.add_argument("--iterations", type=int, help="interleaved rounds per tool and path (default 200)")
+    p.add_argument("--warmup", type=int, default=20, help="untimed rounds first")
+    p.add_argument("--reps", type=int, help="new conversations per initialize path (default 5)")
+    p.add_argument("--sessions", help="idle-session levels for router RSS (default 1,10,50)")
+    p.add_argument("--browsing", help="navigated-session levels for worker PSS (default 1,10)")
+    p.add_argument("--concurrency", type=int, help="concurrent sessions in the throughput run (default 20)")
+    p.add_argument("--duration", type=float, help="seconds of the throughput run (default 20)")
+    p.add_argument("--warm-workers", type=int, default=2, help="pool size, if the router has --warm-workers")
+    p.add_argument("--no-supergateway", dest="supergateway", action="store_false")
+    p.add_argument("--supergateway-version", help="default: the installed one, else `npm view`")
+    p.add_argument(
+        "--profile",
+        type=float,
+        nargs="?",
+        const=15.0,
+        default=0.0,
+        metavar="SECONDS",
+        help="also run py-spy on the router during a routed loop (default 15 s)",
+    )
+    p.add_argument("--profile-path", default=REC, help="which router to profile (a variant's label)")
+    p.add_argument("--only", default="latency,init,memory,throughput", help="phases to run (comma-separated)")
+    p.add_argument("--router-src", type=Path, help="run the router from this source tree (scratch copy)")
+    p.add_argument("--router-arg", action="append", default=[], help="extra `mcp-router serve` flag (repeat)")
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="'LABEL=SRC [FLAGS…]'",
+        help="add a router to the latency rounds: source tree SRC ('-': the default) with extra flags",
+    )
+    p.add_argument(
+        "--paths",
+        default="direct,router,router-norec,supergateway",
+        help="latency paths besides the variants (direct is always measured)",
+    )
+    p.add_argument("--tools", default=",".join(m.TOOLS), help="tools timed in the latency rounds")
+    p.add_argument("--click-every", type=int, default=4, help="time browser_click in every Nth round only")
+    p.add_argument("--browser", default=None, help="Chromium path (default: as the router finds it)")
+    p.add_argument("--out", type=Path, default=ROOT / ".bench" / "latest.md")
+    p.add_argument("--update-readme", action="store_true", help="put the report under README's Benchmarks")
+    p.add_argument("--time-limit", type=float, default=900, help="abort (and clean up) after this many seconds")
+    a = p.parse_args(argv)
+    q = a.quick
+    a.iterations = a.iterations or (50 if q else 200)
+    a.reps = a.reps or (3 if q else 5)
+    a.sessions = [int(x) for x in (a.sessions or ("1,10,30" if q else "1,10,50")).split(",")]
+    a.browsing = [int(x) for x in (a.browsing or ("1,5" if q else "1,10")).split(",")]
+    a.concurrency = a.concurrency or (10 if q else 20)
+    a.duration = a.duration or (8.0 if q else 20.0)
+    a.only = set(a.only.split(","))
+    a.paths = set(a.paths.split(",")) | {DIRECT}
+    a.tools = tuple(a.tools.split(","))
+    return a
+
+
+async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
+    out: list[str] = []
+    goals: list[report.Goal] = []
+    sg_entry, sg_note = (None, "skipped (--no-supergateway)")
+    if a.supergateway and SG in a.paths and {"latency", "init"} & a.only:
+        sg_entry, sg_note = ensure_supergateway(a.supergateway_version)
+        m.say(f"supergateway: {sg_note}")
+    has_pool = "--warm-workers" in router_help(env)
+
+    direct = rec = norec = sg = None
+    if {"latency", "init"} & a.only:
+        m.say("starting direct worker, routers (recording on/off)" + (", supergateway" if sg_entry else ""))
+        direct = start_worker(env, DIRECT)
+        rec = start_router(env, REC)
+        norec = start_router(env, NOREC, "--no-record")
+        sg = start_supergateway(env, sg_entry) if sg_entry else None
+
+    if "latency" in a.only and direct and rec and norec:
+        targets = [direct] + [t for t, k in ((rec, REC), (norec, NOREC), (sg, SG)) if t and k in a.paths]
+        routers = {k: t for t, k in ((rec, REC), (norec, NOREC)) if k in a.paths}
+        for spec in a.variant:
+            label, _, rest = spec.partition("=")
+            src, *flags = shlex.split(rest) or ["-"]
+            LABELS[label] = f"variant `{label}`"
+            variant = start_router(env, label, *flags, src=None if src == "-" else ROOT / src)
+            targets.append(variant)
+            routers[label] = variant
+        m.say(f"latency: {a.iterations} interleaved rounds × {len(a.tools)} tools × {len(targets)} paths")
+        lat = await m.latency(
+            targets, routers, page, iterations=a.iterations, warmup=a.warmup, tools=a.tools, click_every=a.click_every
+        )
+        out += [
+            f"### Tool-call latency ({a.iterations} interleaved rounds after {a.warmup} warm-up rounds, "
+            f"`browser_click` in every {a.click_every}th; one keep-alive connection per path)",
+            "",
+        ]
+        out += report.latency_table(lat, DIRECT, LABELS)
+        out += [
+            "",
+            "Router CPU per routed call (user + system, net of its idle rate): "
+            + ", ".join(f"{LABELS[k]} {v:.2f} ms" for k, v in lat.cpu_ms_per_call.items())
+            + ".",
+            "",
+        ]
+        if sg is None:
+            out += [f"supergateway: {sg_note}.", ""]
+        for name in (k for k in (REC, NOREC) if k in a.paths):
+            for q, limit in ((50, 1.05), (95, 1.2)):
+                ratio, tool = report.worst_ratio(lat, DIRECT, name, q)
+                goals.append(
+                    report.Goal(f"{LABELS[name]} ÷ direct, p{q} (worst tool)", ratio, limit, note=f"worst: `{tool}`")
+                )
+        if a.profile:
+            m.say(f"profile: py-spy on the router for {a.profile:.0f} s of routed calls")
+            raw = a.out.parent / "profile-router.txt"
+            profiled = rec if a.profile_path == REC else routers[a.profile_path]
+            spy = profile.start(profiled.child.pid, raw)
+            if spy is None:
+                out += ["Profile: py-spy could not be installed; skipped.", ""]
+            else:
+                await asyncio.sleep(1.0)
+                calls = await m.routed_loop(profiled, page, a.profile)
+                profile.stop(spy)
+                out += [f"### Router profile (py-spy on {LABELS[a.profile_path]}, routed tool-call loop)", ""]
+                out += [*profile.summary(raw, calls), "", f"Raw collapsed stacks: `{raw}`.", ""]
+
+        for label in routers:
+            if label not in (REC, NOREC):
+                env.registry.stop(routers[label].child)
+
+    if "init" in a.only and direct and rec:
+        rows: dict[str, m.InitResult] = {}
+        m.say(f"initialize: {a.reps} new conversations per path")
+        r = rows["direct worker (already running)"] = m.InitResult()
+        await m.repeat(a.reps, lambda: m.init_once(direct, page, r), "direct")
+        cold = rows["direct worker, cold (spawn → ready → initialize)"] = m.InitResult(
+            note="initialize includes node start-up; first call launches Chromium"
+        )
+
+        async def direct_cold() -> None:
+            t0 = time.perf_counter()
+            w = start_worker(env, "direct-cold")
+            try:
+                await m.init_once(w, page, cold, extra_s=time.perf_counter() - t0)
+            finally:
+                env.registry.stop(w.child)
+
+        await m.repeat(a.reps, direct_cold, "direct cold")
+        r_cold = rows["router, cold spawn"] = m.InitResult(note="spawns the worker; first call launches Chromium")
+        await m.repeat(a.reps, lambda: m.init_once(rec, page, r_cold), "router cold")
+        warm = rows[f"router, warm pool (`--warm-workers {a.warm_workers}`)"] = m.InitResult()
+        if has_pool:
+            pool = start_router(env, "router-pool", "--warm-workers", str(a.warm_workers))
+
+            async def pooled() -> None:
+                if not await m.wait_pool(pool, a.warm_workers):
+                    warm.note = "pool did not fill within 40 s before some runs"
+                await m.init_once(pool, page, warm)
+
+            await m.repeat(a.reps, pooled, "router warm pool")
+            env.registry.stop(pool.child)
+        else:
+            warm.note = "skipped: this router has no `--warm-workers` flag yet"
+        if sg:
+            r_sg = rows["supergateway `--stateful` (process per session)"] = m.InitResult(
+                note="spawns a worker per session; first call launches Chromium"
+            )
+            await m.repeat(a.reps, lambda: m.init_once(sg, page, r_sg), "supergateway")
+        out += [f"### `initialize` and the first tool call (median of {a.reps} new conversations)", ""]
+        out += [*report.init_table(rows), ""]
+        d_init = m.med_ms(r.init)
+        if warm.init:
+            goals.append(report.Goal("warm-pool `initialize` ÷ direct `initialize`", m.med_ms(warm.init) / d_init, 1.5))
+            goals.append(
+                report.Goal(
+                    "first call after warm `initialize` ÷ steady-state call",
+                    m.med_ms(warm.first) / m.med_ms(warm.steady),
+                    1.2,
+                    note="`browser_navigate`",
+                )
+            )
+        else:
+            goals.append(report.Goal("warm-pool `initialize` ÷ direct `initialize`", None, 1.5, note="no warm pool"))
+            goals.append(
+                report.Goal(
+                    "first call after warm `initialize` ÷ steady-state call",
+                    None,
+                    1.2,
+                    note=f"no warm pool; cold router: {m.med_ms(r_cold.first) / m.med_ms(r_cold.steady):.2f}×",
+                )
+            )
+
+    for t in (direct, rec, norec, sg):
+        if t is not None:
+            env.registry.stop(t.child)
+
+    mem_rows: list[m.MemoryRow] = []
+    if "memory" in a.only:
+        m.say(f"memory: idle (initialize-only) sessions {a.sessions} on a fresh router")
+        # The router caps live workers at RAM / 600 MiB and hibernates the rest: lift the cap here.
+        router = start_router(env, "router-idle", environ={"MCP_ROUTER_MAX_LIVE_WORKERS": str(max(a.sessions) + 10)})
+        sessions: list[m.McpSession] = []
+        base_rss = m.rss_kib(router.child.pid)
+        try:
+            for level in a.sessions:
+                sessions += await m.open_sessions(router, level - len(sessions), None)
+                await asyncio.sleep(1.0)
+                mem_rows.append(m.memory_row(router, sessions, "idle (initialize only)"))
+                m.say(f"  {level} idle sessions: router RSS {mem_rows[-1].router_rss_kib / 1024:.1f} MiB")
+        finally:
+            await m.close_sessions(sessions)
+            env.registry.stop(router.child)
+        first, last = mem_rows[0], mem_rows[-1]
+        growth = (last.router_rss_kib - first.router_rss_kib) / 1024 / max(1, last.sessions - first.sessions)
+        goals.append(
+            report.Goal(
+                f"router RSS growth per idle session ({first.sessions}→{last.sessions})",
+                growth,
+                1.0,
+                unit=" MiB",
+                note=f"RSS with 0 sessions: {base_rss / 1024:.1f} MiB",
+            )
+        )
+
+    if {"memory", "throughput"} & a.only:
+        levels = (a.browsing if "memory" in a.only else []) + ([a.concurrency] if "throughput" in a.only else [])
+        m.say(f"browsing sessions {levels} on a fresh router (each navigated: one Chromium per session)")
+        router = start_router(env, "router-browse")
+        sessions = []
+        try:
+            for level in sorted(set(levels)):
+                sessions += await m.open_sessions(router, level - len(sessions), page)
+                await asyncio.sleep(1.0)
+                mem_rows.append(m.memory_row(router, sessions, "browsing (navigated)"))
+                m.say(f"  {level} browsing sessions: worker PSS {mem_rows[-1].worker_pss_kib / 1024:.0f} MiB")
+            if "throughput" in a.only:
+                m.say(f"throughput: {len(sessions)} sessions × navigate+snapshot for {a.duration:.0f} s")
+                tp = await m.throughput(sessions, page, a.duration)
+                out += [
+                    f"### Throughput through the router (recording on): {tp.sessions} concurrent sessions, "
+                    "each `browser_navigate` + `browser_snapshot` in a loop",
+                    "",
+                ]
+                out += [*report.throughput_table(tp), ""]
+                goals.append(report.Goal(f"errors at {tp.sessions} concurrent sessions", tp.errors, 0, unit=""))
+        finally:
+            await m.close_sessions(sessions)
+            env.registry.stop(router.child)
+    if mem_rows:
+        out += ["### Memory (router RSS; PSS of each worker's tree: node + Chromium)", ""]
+        out += report.memory_table(mem_rows)
+        out += [
+            "",
+            "Idle sessions never launch a browser (node only). PSS per session is the mean over up to 20 "
+            "sessions of the whole tree of processes carrying that session's marker.",
+            "",
+        ]
+
+    if goals:
+        out = [
+            "### Goals",
+            "",
+            "| goal | measured | target | result | margin |",
+            "|---|---:|---:|---|---|",
+            *(g.row() for g in goals),
+            "",
+            *out,
+        ]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGALRM):
+        signal.signal(sig, interrupt)
+    signal.alarm(int(a.time_limit))
+    from router.settings import find_browser
+
+    work = Path(tempfile.mkdtemp(prefix="mcp-router-bench-"))
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    registry = Registry()
+    env = Env(
+        root=ROOT,
+        work=work,
+        logs=a.out.parent / "logs",
+        browser=a.browser or find_browser() or "chromium",
+        cli=ROOT / "workers" / "node_modules" / "@playwright" / "mcp" / "cli.js",
+        registry=registry,
+        router_src=a.router_src.resolve() if a.router_src else None,
+        router_args=a.router_arg,
+    )
+    shutil.rmtree(env.logs, ignore_errors=True)
+    started = time.perf_counter()
+    load_start = Path("/proc/loadavg").read_text().split()[0]
+    status = 0
+    try:
+        with serve_page() as base:
+            body = asyncio.run(run(a, env, base + "/"))
+    except KeyboardInterrupt as exc:
+        print(f"bench: interrupted ({exc}); cleaning up", file=sys.stderr)
+        return 130
+    finally:
+        signal.alarm(0)
+        left = registry.stop_all()
+        if left:
+            print(f"bench: WARNING: processes still alive after clean-up: {left}", file=sys.stderr)
+            status = 1
+        shutil.rmtree(work, ignore_errors=True)
+    when = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    command = "scripts/bench " + shlex.join(sys.argv[1:]) if sys.argv[1:] else "scripts/bench"
+    head = [
+        f"Measured {when} on {report.machine()}; `{command.strip()}` "
+        f"({time.perf_counter() - started:.0f} s), test page served on 127.0.0.1; load average at start "
+        f"{load_start}, at end {Path('/proc/loadavg').read_text().split()[0]}.",
+        f"Router: {router_source(a.router_src)}; `{shlex.join(['mcp-router', 'serve', *a.router_arg])}`.",
+        "",
+    ]
+    text = "\n".join(head + body) + "\n"
+    print(text)
+    a.out.write_text(text)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    (a.out.parent / f"bench-{stamp}.md").write_text(text)
+    (a.out.parent / "last-args.json").write_text(json.dumps(sys.argv[1:]))
+    if a.update_readme:
+        update_readme(text, command)
+    print(f"bench: wrote {a.out}", file=sys.stderr)
+    return status
+
+
+def router_source(src: Path | None) -> str:
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+        return done.stdout.strip()
+
+    if src is not None:
+        return f"source tree `{src}`"
+    dirty = git("status", "--porcelain", "--untracked-files=no", "router", "workers")
+    return f"commit `{git('rev-parse', '--short', 'HEAD')}`" + (" + uncommitted changes" if dirty else "")
+
+
+def update_readme(text: str, command: str) -> None:
+    readme = ROOT / "README.md"
+    content = readme.read_text()
+    head = "## Benchmarks\n"
+    start = content.index(head) + len(head)
+    nxt = content.find("\n## ", start)
+    end = len(content) if nxt < 0 else nxt + 1
+    if "### Router profile" in text:  # the profile stays in .bench/latest.md
+        start_p = text.index("### Router profile")
+        after = text.find("### ", start_p + 4)
+        text = text[:start_p] + (text[after:] if after >= 0 else "")
+    section = (
+        f"\n`scripts/bench` (set-up, then 5–10 minutes; `--quick` for about 2) measures the router "
+        f"against a Playwright worker used directly and against supergateway, on a local test page, and "
+        f"writes `.bench/latest.md`; `scripts/bench --update-readme` also refreshes this section. "
+        f"The run below: `{command}`.\n\n{text}"
+    )
+    readme.write_text(content[:start] + section + ("\n" + content[end:] if nxt >= 0 else ""))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""The measurements: interleaved tool-call latency, initialize/first call, memory, throughput."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench_lib.client import CallError, McpSession, new_http
+from bench_lib.procs import chromium_count, cpu_seconds, pss_kib, rss_kib
+from bench_lib.targets import Target, healthz
+
+from workers.orphans import processes_for
+
+TOOLS = ("browser_snapshot", "browser_tabs", "browser_click")
+_BUTTON = re.compile(r'button "Press me" \[ref=(\w+)\]')
+
+
+def say(msg: str) -> None:
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def pct(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of seconds, in ms."""
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, round(q / 100 * len(s) + 0.5) - 1))
+    return s[k] * 1000
+
+
+def med_ms(values: list[float]) -> float:
+    return statistics.median(values) * 1000
+
+
+async def open_page(session: McpSession, page: str) -> str:
+    """Initialize, load the test page, and find the button's ref."""
+    await session.initialize()
+    await session.call("browser_navigate", url=page)
+    text, _ = await session.call("browser_snapshot")
+    found = _BUTTON.search(text)
+    if not found:
+        raise CallError(f"{session.endpoint.name}: no button in snapshot: {text[:500]}")
+    return found.group(1)
+
+
+def tool_args(tool: str, ref: str) -> dict[str, Any]:
+    if tool == "browser_tabs":
+        return {"action": "list"}
+    if tool == "browser_click":
+        return {"element": "Press me button", "target": ref}
+    return {}
+
+
+# -- 1. tool-call latency ---------------------------------------------------------------------------
+
+
+@dataclass
+class LatencyResult:
+    samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # target → tool → seconds
+    cpu_ms_per_call: dict[str, float] = field(default_factory=dict)  # router target → CPU ms per call
+
+
+async def latency(
+    targets: list[Target],
+    routers: dict[str, Target],
+    page: str,
+    *,
+    iterations: int,
+    warmup: int,
+    tools: tuple[str, ...] = TOOLS,
+    click_every: int = 4,
+) -> LatencyResult:
+    """Same client style for all (one keep-alive connection each); rounds interleaved and rotated."""
+    sessions, refs = [], {}
+    for t in targets:
+        s = McpSession(t.endpoint, new_http(1))
+        refs[t.endpoint.name] = await open_page(s, page)
+        sessions.append(s)
+    result = LatencyResult({s.endpoint.name: {tool: [] for tool in tools} for s in sessions})
+    try:
+        for _ in range(warmup):
+            for s in sessions:
+                for tool in tools:
+                    await s.call(tool, **tool_args(tool, refs[s.endpoint.name]))
+        await asyncio.sleep(1.5)  # let background work after the warm-up (state saving) finish
+        cpu0 = {name: cpu_seconds(r.child.pid) for name, r in routers.items()}
+        await asyncio.sleep(2.0)
+        idle_rate = {name: (cpu_seconds(r.child.pid) - cpu0[name]) / 2.0 for name, r in routers.items()}
+        cpu0 = {name: cpu_seconds(r.child.pid) for name, r in routers.items()}
+        t0 = time.perf_counter()
+        for i in range(iterations):
+            order = sessions[i % len(sessions) :] + sessions[: i % len(sessions)]
+            for tool in tools:
+                if tool == "browser_click" and i % click_every:
+                    continue  # ~0.55 s each (the worker waits for the page to settle): timed every Nth round
+                for s in order:
+                    _, dt = await s.call(tool, **tool_args(tool, refs[s.endpoint.name]))
+                    result.samples[s.endpoint.name][tool].append(dt)
+            if (i + 1) % max(1, iterations // 5) == 0:
+                say(f"  latency round {i + 1}/{iterations}")
+        wall = time.perf_counter() - t0
+        for name, r in routers.items():
+            used = cpu_seconds(r.child.pid) - cpu0[name] - idle_rate[name] * wall
+            calls = sum(len(v) for v in result.samples[name].values())
+            result.cpu_ms_per_call[name] = used * 1000 / calls
+    finally:
+        for s in sessions:
+            await s.delete()
+            await s.http.aclose()
+    return result
+
+
+async def routed_loop(target: Target, page: str, seconds: float) -> int:
+    """Routed tool calls for a while (what the profiler watches); returns the call count."""
+    s = McpSession(target.endpoint, new_http(1))
+    ref = await open_page(s, page)
+    n, end = 0, time.perf_counter() + seconds
+    try:
+        while time.perf_counter() < end:
+            for tool in TOOLS[:2]:  # the click mostly waits in the worker (~0.5 s settle)
+                await s.call(tool, **tool_args(tool, ref))
+                n += 1
+    finally:
+        await s.delete()
+        await s.http.aclose()
+    return n
+
+
+# -- 2. initialize and first tool call --------------------------------------------------------------
+
+
+@dataclass
+class InitResult:
+    init: list[float] = field(default_factory=list)
+    first: list[float] = field(default_factory=list)
+    steady: list[float] = field(default_factory=list)
+    note: str = ""
+
+
+async def init_once(target: Target, page: str, result: InitResult, *, extra_s: float = 0.0, steady: int = 3) -> None:
+    """A new conversation: initialize, first browser_navigate, then steady-state navigates."""
+    s = McpSession(target.endpoint, new_http(1))
+    try:
+        result.init.append(await s.initialize() + extra_s)
+        _, dt = await s.call("browser_navigate", url=page)
+        result.first.append(dt)
+        for k in range(steady):
+            _, dt = await s.call("browser_navigate", url=f"{page}?n={k}")
+            result.steady.append(dt)
+    finally:
+        await s.delete()
+        await s.http.aclose()
+
+
+async def wait_pool(target: Target, size: int, within: float = 40.0) -> bool:
+    """Until the router reports `size` live workers and as many browsers run under its state dir."""
+    end = time.perf_counter() + within
+    while time.perf_counter() < end:
+        workers = healthz(target).get("workers", 0)
+        if isinstance(workers, int) and workers >= size and chromium_count(target.state_dir) >= size:
+            await asyncio.sleep(0.3)
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+async def repeat(reps: int, step: Callable[[], Awaitable[None]], label: str) -> None:
+    for k in range(reps):
+        await step()
+        say(f"  {label} {k + 1}/{reps}")
+
+
+# -- 4. memory -------------------------------------------------------------------------------------
+
+
+@dataclass
+class MemoryRow:
+    sessions: int
+    kind: str  # "idle" (initialize only) or "browsing" (navigated)
+    router_rss_kib: int
+    worker_pss_kib: int
+    worker_procs: int
+    per_session_pss_kib: float
+
+
+def memory_row(router: Target, sessions: list[McpSession], kind: str) -> MemoryRow:
+    pids = processes_for(router.state_dir)
+    total = pss_kib(pids)
+    per = [pss_kib(processes_for(router.state_dir, s.session_id)) for s in sessions[:20]]
+    return MemoryRow(
+        len(sessions), kind, rss_kib(router.child.pid), total, len(pids), statistics.mean(per) if per else 0.0
+    )
+
+
+async def open_sessions(router: Target, count: int, page: str | None, concurrency: int = 4) -> list[McpSession]:
+    """`count` new sessions on the router (navigated to `page` when given), a few at a time."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one() -> McpSession:
+        async with gate:
+            s = McpSession(router.endpoint, new_http(2))
+            await s.initialize()
+            if page is not None:
+                await s.call("browser_navigate", url=page)
+            return s
+
+    return list(await asyncio.gather(*(one() for _ in range(count))))
+
+
+async def close_sessions(sessions: list[McpSession], concurrency: int = 8) -> None:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(s: McpSession) -> None:
+        async with gate:
+            await s.delete()
+            await s.http.aclose()
+
+    await asyncio.gather(*(one(s) for s in sessions))
+
+
+# -- 5. throughput ---------------------------------------------------------------------------------
+
+
+@dataclass
+class ThroughputResult:
+    sessions: int
+    seconds: float
+    calls: int = 0
+    errors: int = 0
+    latencies: list[float] = field(default_factory=list)
+    first_error: str = ""
+
+
+async def throughput(sessions: list[McpSession], page: str, seconds: float) -> ThroughputResult:
+    result = ThroughputResult(len(sessions), seconds)
+    end = time.perf_counter() + seconds
+
+    async def loop(k: int, s: McpSession) -> None:
+        n = 0
+        while time.perf_counter() < end:
+            n += 1
+            for tool, args in (
+                ("browser_navigate", {"url": f"{page}item/{(k * 7 + n) % 30}"}),
+                ("browser_snapshot", {}),
+            ):
+                try:
+                    _, dt = await s.call(tool, **args)
+                    result.calls += 1
+                    result.latencies.append(dt)
+                except Exception as exc:  # counted, and the first one shown
+                    result.errors += 1
+                    result.first_error = result.first_error or f"{type(exc).__name__}: {str(exc)[:200]}"
+
+    start = time.perf_counter()
+    await asyncio.gather(*(loop(k, s) for k, s in enumerate(sessions)))
+    result.seconds = time.perf_counter() - start
+    return result

@@ -1,0 +1,180 @@
+"""Processes the benchmark starts: each in its own process group, every one ended at exit.
+
+Chromium starts in a session of its own, so a group kill of node misses it; every child gets the
+router's marker environment (MCP_ROUTER_STATE_DIR / MCP_ROUTER_SESSION) so that
+workers.orphans.processes_for finds the whole tree, Chromium included, both to measure and to end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from workers.orphans import ENV_SESSION, ENV_STATE_DIR, end_processes, processes_for
+
+
+class Spawned:
+    """One child process in a new session (its own process group)."""
+
+    def __init__(self, name: str, argv: Sequence[str], *, env: dict[str, str], log: Path, cwd: Path | None = None):
+        self.name = name
+        self.argv = list(argv)
+        self.log = log
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self._log_file = log.open("wb")
+        self.proc = subprocess.Popen(
+            self.argv,
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=cwd,
+        )
+        self.pid = self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, n: int = 2000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def stop(self, grace: float = 8.0) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(grace)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)  # stragglers left in the group
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(2)
+        self._log_file.close()
+
+
+class Registry:
+    """Everything started, so that one call ends it all (also on Ctrl-C and exceptions)."""
+
+    def __init__(self) -> None:
+        self.children: list[Spawned] = []
+        self.state_dirs: list[Path] = []
+
+    def spawn(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        log: Path,
+        state_dir: Path | None = None,
+        session: str | None = None,
+        cwd: Path | None = None,
+    ) -> Spawned:
+        env = dict(env or {})
+        if state_dir is not None:
+            self.state_dirs.append(state_dir)
+            env[ENV_STATE_DIR] = str(state_dir.resolve())
+            env[ENV_SESSION] = session or name
+        child = Spawned(name, argv, env=env, log=log, cwd=cwd)
+        self.children.append(child)
+        return child
+
+    def watch_state_dir(self, state_dir: Path) -> None:
+        self.state_dirs.append(state_dir)
+
+    def stop(self, child: Spawned) -> None:
+        child.stop()
+        with contextlib.suppress(ValueError):
+            self.children.remove(child)
+
+    def stop_all(self) -> list[int]:
+        for child in reversed(self.children):
+            child.stop()
+        self.children.clear()
+        left: list[int] = []
+        for state_dir in dict.fromkeys(self.state_dirs):
+            if state_dir.exists():
+                left += end_processes(processes_for(state_dir), grace=1.0)
+        return left
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float, child: Spawned | None = None) -> float:
+    """Seconds until 127.0.0.1:port accepts a connection."""
+    start = time.perf_counter()
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return time.perf_counter() - start
+        except OSError:
+            pass
+        if child is not None and not child.alive():
+            raise RuntimeError(f"{child.name} exited: {child.log_tail()}")
+        if time.perf_counter() - start > timeout:
+            raise TimeoutError(f"port {port} not open after {timeout}s")
+        time.sleep(0.01)
+
+
+# -- memory -------------------------------------------------------------------------------------
+
+
+def pss_kib(pids: Iterable[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+                    break
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def rss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of one process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_pss(state_dir: Path, session: str | None = None) -> tuple[int, int]:
+    """(PSS KiB, process count) of every marked process of one state dir (or one session)."""
+    pids = processes_for(state_dir, session)
+    return pss_kib(pids), len(pids)
+
+
+def chromium_count(state_dir: Path) -> int:
+    """Browser main processes (not zygotes/renderers) started under state_dir."""
+    n = 0
+    for pid in processes_for(state_dir):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmd and b"chrom" in cmd[0] and not any(a.startswith(b"--type=") for a in cmd):
+            n += 1
+    return n

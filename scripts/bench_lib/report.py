@@ -1,0 +1,120 @@
+"""The Markdown report: tables and goals (PASS/MISS with margins)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from dataclasses import dataclass
+
+from bench_lib.measure import InitResult, LatencyResult, MemoryRow, ThroughputResult, med_ms, pct
+
+MIB = 1024
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in open("/proc/cpuinfo"):  # noqa: SIM115
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        mem_kib = next(int(x.split()[1]) for x in open("/proc/meminfo") if x.startswith("MemTotal"))  # noqa: SIM115
+    except (OSError, StopIteration, ValueError):
+        mem_kib = 0
+    node = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {mem_kib / MIB / MIB:.1f} GiB RAM, Linux {platform.release()}, "
+        f"Python {platform.python_version()}, Node {node}"
+    )
+
+
+@dataclass
+class Goal:
+    name: str
+    measured: float | None
+    limit: float
+    unit: str = "×"
+    note: str = ""
+
+    def row(self) -> str:
+        if self.measured is None:
+            return f"| {self.name} | — | ≤ {self.limit:g}{self.unit} | SKIP | {self.note} |"
+        ok = self.measured <= self.limit
+        if self.limit == 0:
+            margin = "none to spare" if ok else f"{self.measured:g} over"
+        else:
+            rel = (self.limit - self.measured) / self.limit * 100
+            margin = f"{rel:.1f}% headroom" if ok else f"missed by {-rel:.1f}%"
+        fmt = f"{self.measured:.3f}" if self.unit == "×" else f"{self.measured:.2f}"
+        note = f"; {self.note}" if self.note else ""
+        verdict = "PASS" if ok else "MISS"
+        return f"| {self.name} | {fmt}{self.unit} | ≤ {self.limit:g}{self.unit} | {verdict} | {margin}{note} |"
+
+
+def latency_table(lat: LatencyResult, direct: str, labels: dict[str, str]) -> list[str]:
+    lines = [
+        "| tool | path | p50 ms | p95 ms | mean ms | p50 ÷ direct | p95 ÷ direct |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for tool in lat.samples[direct]:
+        d = lat.samples[direct][tool]
+        for name, by_tool in lat.samples.items():
+            s = by_tool[tool]
+            mean = sum(s) / len(s) * 1000
+            r50 = pct(s, 50) / pct(d, 50)
+            r95 = pct(s, 95) / pct(d, 95)
+            ratios = "—" if name == direct else f"{r50:.3f}"
+            ratios95 = "—" if name == direct else f"{r95:.3f}"
+            lines.append(
+                f"| `{tool}` | {labels.get(name, name)} | {pct(s, 50):.2f} | {pct(s, 95):.2f} | {mean:.2f} "
+                f"| {ratios} | {ratios95} |"
+            )
+    return lines
+
+
+def worst_ratio(lat: LatencyResult, direct: str, name: str, q: float) -> tuple[float, str]:
+    ratios = [(pct(lat.samples[name][t], q) / pct(lat.samples[direct][t], q), t) for t in lat.samples[direct]]
+    return max(ratios)
+
+
+def init_table(rows: dict[str, InitResult]) -> list[str]:
+    lines = [
+        "| path | n | `initialize` ms (median) | first `browser_navigate` ms | steady `browser_navigate` ms "
+        "| first ÷ steady | note |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for label, r in rows.items():
+        if not r.init:
+            lines.append(f"| {label} | 0 | — | — | — | — | {r.note} |")
+            continue
+        ratio = med_ms(r.first) / med_ms(r.steady) if r.steady else float("nan")
+        lines.append(
+            f"| {label} | {len(r.init)} | {med_ms(r.init):.1f} | {med_ms(r.first):.1f} | "
+            f"{med_ms(r.steady):.1f} | {ratio:.2f} | {r.note} |"
+        )
+    return lines
+
+
+def memory_table(rows: list[MemoryRow]) -> list[str]:
+    lines = [
+        "| sessions | kind | router RSS MiB | worker processes | worker PSS total MiB | PSS per session MiB |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.sessions} | {r.kind} | {r.router_rss_kib / MIB:.1f} | {r.worker_procs} | "
+            f"{r.worker_pss_kib / MIB:.0f} | {r.per_session_pss_kib / MIB:.1f} |"
+        )
+    return lines
+
+
+def throughput_table(t: ThroughputResult) -> list[str]:
+    p50 = f"{pct(t.latencies, 50):.0f}" if t.latencies else "—"
+    p95 = f"{pct(t.latencies, 95):.0f}" if t.latencies else "—"
+    err = f"{t.errors} ({t.first_error})" if t.errors else "0"
+    return [
+        "| sessions | seconds | calls | calls/s | errors | p50 ms | p95 ms |",
+        "|---:|---:|---:|---:|---|---:|---:|",
+        f"| {t.sessions} | {t.seconds:.1f} | {t.calls} | {t.calls / t.seconds:.1f} | {err} | {p50} | {p95} |",
+    ]

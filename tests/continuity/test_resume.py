@@ -1,0 +1,129 @@
+"""A session outlives its worker: reaping, kill -9 and the live-worker cap, with real workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from router.resume import RESUMED_NOTICE
+from router.sessions import State
+from tests.continuity.conftest import wait_saved
+from tests.support import RawClient, RouterThread, router_settings, wait_for
+from workers.orphans import processes_for
+
+
+def session_state(router: RouterThread, client: RawClient) -> State | None:
+    session = router.manager.sessions.get(client.session_id)
+    return None if session is None else session.state
+
+
+def worker_pgid(router: RouterThread, client: RawClient) -> int:
+    worker = router.manager.supervisor.get(client.session_id)
+    assert worker is not None
+    return int(worker.pgid)
+
+
+@pytest.fixture
+def client(pw: RouterThread) -> Iterator[RawClient]:
+    with RawClient(pw.url) as c:
+        c.initialize()
+        yield c
+        c.delete()
+
+
+def test_cookie_and_url_survive_reaping(pw: RouterThread, client: RawClient, site: str) -> None:
+    state = pw.settings.state_dir
+    assert "set r1" in client.text("browser_navigate", url=f"{site}/set?v=r1")
+    client.text("browser_navigate", url=f"{site}/second")
+    wait_saved(state, client, "r1", "/second")
+    pw.manager.idle_timeout = 0.5
+    try:
+        wait_for(lambda: session_state(pw, client) is State.REAPED, timeout=15)
+    finally:
+        pw.manager.idle_timeout = 600
+    wait_for(lambda: not processes_for(state, client.session_id), timeout=10)
+
+    started = time.monotonic()
+    snapshot = client.text("browser_snapshot")
+    resume_s = time.monotonic() - started
+    assert f"- Page URL: {site}/second" in snapshot
+    assert "This is the second page" in snapshot
+    assert RESUMED_NOTICE in snapshot
+    assert resume_s < 10
+    # The notice comes once; the session cookie (no expiry) and localStorage came back.
+    after = client.text("browser_navigate", url=f"{site}/get")
+    assert RESUMED_NOTICE not in after
+    assert "cookie=r1 storage=r1" in after
+
+
+def test_cookie_and_url_survive_kill_9_of_the_worker(pw: RouterThread, client: RawClient, site: str) -> None:
+    state = pw.settings.state_dir
+    client.text("browser_navigate", url=f"{site}/set?v=k9")
+    wait_saved(state, client, "k9")
+    os.killpg(worker_pgid(pw, client), signal.SIGKILL)
+    wait_for(lambda: session_state(pw, client) is State.CRASHED, timeout=10)
+
+    snapshot = client.text("browser_snapshot")
+    assert f"- Page URL: {site}/set?v=k9" in snapshot
+    assert "cookie=k9 storage=k9" in client.text("browser_navigate", url=f"{site}/get")
+    assert session_state(pw, client) is State.LIVE
+
+
+def test_in_flight_call_gets_an_error_within_a_second_when_the_worker_dies(
+    pw: RouterThread, client: RawClient, site: str
+) -> None:
+    client.text("browser_navigate", url=f"{site}/")
+    answer: dict[str, Any] = {}
+
+    def long_call() -> None:
+        try:
+            answer["message"] = client.call("browser_wait_for", time=20)
+        except AssertionError as exc:  # a non-200 status: an error too
+            answer["status_error"] = str(exc)
+        answer["at"] = time.monotonic()
+
+    thread = threading.Thread(target=long_call)
+    thread.start()
+    time.sleep(1.0)  # the call is in the worker now
+    killed_at = time.monotonic()
+    os.killpg(worker_pgid(pw, client), signal.SIGKILL)
+    thread.join(timeout=10)
+    assert not thread.is_alive(), "the in-flight call hung"
+    assert answer["at"] - killed_at < 1.0
+    if "message" in answer:
+        assert "error" in answer["message"], answer
+        assert answer["message"]["error"]["code"] == -32603
+    # ... and the session carries on.
+    assert "- Page URL:" in client.text("browser_snapshot")
+
+
+def test_lru_idle_session_is_hibernated_and_resumes_with_its_state(
+    tmp_path_factory: pytest.TempPathFactory, real_worker: str, site: str
+) -> None:
+    state = tmp_path_factory.mktemp("lru")
+    settings = router_settings(state, worker_command=None, browser=real_worker, max_live_workers=1)
+    with RouterThread(settings) as router, RawClient(router.url) as a, RawClient(router.url) as b:
+        a.initialize()
+        a.text("browser_navigate", url=f"{site}/set?v=lru-a")
+        wait_saved(state, a, "lru-a")
+        b.initialize()  # the cap is one live worker: a is hibernated to make room
+        assert session_state(router, a) is State.HIBERNATED
+        assert not processes_for(state, a.session_id)
+        b.text("browser_navigate", url=f"{site}/set?v=lru-b")
+        wait_saved(state, b, "lru-b")
+
+        snapshot = a.text("browser_snapshot")  # now b makes room for a
+        assert f"- Page URL: {site}/set?v=lru-a" in snapshot
+        assert session_state(router, b) is State.HIBERNATED
+        assert "cookie=lru-a storage=lru-a" in a.text("browser_navigate", url=f"{site}/get")
+        assert "cookie=lru-b storage=lru-b" in b.text("browser_navigate", url=f"{site}/get")
+        assert a.delete().status_code == 200
+        assert b.delete().status_code == 200
+        assert a.delete().status_code == 404
+    wait_for(lambda: not processes_for(state), timeout=20)

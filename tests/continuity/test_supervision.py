@@ -1,0 +1,85 @@
+"""Restart budget, health checks and router-wide spawn failures, with the stand-in worker."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import router.upkeep
+from router.sessions import State
+from tests.support import RawClient, RouterThread, initialize_body, router_settings, wait_for
+from workers.orphans import processes_for
+
+
+def _state(router: RouterThread, client: RawClient) -> State | None:
+    session = router.manager.sessions.get(client.session_id)
+    return None if session is None else session.state
+
+
+def _crash(router: RouterThread, client: RawClient) -> None:
+    answer = client.post(
+        {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "crash", "arguments": {}}}
+    )
+    assert "error" in answer.text
+    wait_for(lambda: _state(router, client) is State.CRASHED, timeout=10)
+
+
+def test_restart_budget_exhausted_gives_503_with_retry_after_then_recovers(state_dir: Path) -> None:
+    settings = router_settings(state_dir, max_restarts=2, restart_window=5.0, restart_backoff=[0.05, 0.1])
+    with RouterThread(settings) as router, RawClient(router.url) as c:
+        c.initialize()
+        for _ in range(2):
+            _crash(router, c)
+            assert c.text("echo", text="resumed") == "resumed"
+        _crash(router, c)
+        r = c.post(
+            {"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "x"}}}
+        )
+        assert r.status_code == 503
+        retry_after = int(r.headers["retry-after"])
+        assert 1 <= retry_after <= 5
+        assert r.json()["error"]["code"] == -32603 and r.json()["id"] == 8
+        assert _state(router, c) is State.DEGRADED
+        assert not processes_for(state_dir, c.session_id)
+        time.sleep(retry_after)
+        assert c.text("echo", text="recovered") == "recovered"
+        assert _state(router, c) is State.LIVE
+        c.delete()
+
+
+def test_three_failed_health_checks_restart_the_worker(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    healthy = {"value": True}
+
+    async def fake_probe(worker: Any) -> bool:
+        return healthy["value"]
+
+    monkeypatch.setattr(router.upkeep, "probe", fake_probe)
+    settings = router_settings(state_dir, health_interval=0.1, restart_backoff=[0.05])
+    with RouterThread(settings) as r, RawClient(r.url) as c:
+        c.initialize()
+        before = c.text("whoami")
+        healthy["value"] = False  # a wedged worker: alive, but its port does not answer
+        wait_for(lambda: _state(r, c) is State.CRASHED, timeout=10)
+        wait_for(lambda: not processes_for(state_dir, c.session_id), timeout=10)
+        healthy["value"] = True
+        after = c.text("whoami")
+        assert after != before  # a new process (same derived port)
+        assert after.split()[1] == before.split()[1]
+        c.delete()
+
+
+def test_spawn_failing_router_wide_fails_fast_naming_the_cause(state_dir: Path) -> None:
+    command = [sys.executable, "-c", "import sys; sys.stderr.write('node: not found'); sys.exit(127)"]
+    with RouterThread(router_settings(state_dir, worker_command=command)) as router, RawClient(router.url) as c:
+        for _ in range(3):
+            assert c.post(initialize_body()).status_code == 503
+        started = time.monotonic()
+        r = c.post(initialize_body())
+        assert time.monotonic() - started < 0.5  # no fourth spawn attempt inside the cool-down
+        assert r.status_code == 503 and int(r.headers["retry-after"]) > 0
+        assert "cannot be started" in r.json()["error"]["message"]
+        assert "node: not found" in r.json()["error"]["message"] + r.json()["error"]["data"]["stderr"]

@@ -1,0 +1,147 @@
+"""The dashboard in a real headless Chromium (Playwright for Python driving the system browser)
+against a router with a live @playwright/mcp session: the session appears, its timeline opens,
+a snapshot is read and searched, console and screenshot show, and ending it ends its worker."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
+
+from router.settings import find_browser
+from tests.e2e.pages import serve_pages
+from tests.e2e.test_browser import find_ref
+from tests.support import RawClient, RouterThread, router_settings, wait_for
+from workers.orphans import processes_for
+from workers.spec import default_cli_path
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    path = find_browser()
+    assert path, "no Chromium found: scripts/setup installs one, or set MCP_ROUTER_BROWSER"
+    assert default_cli_path().exists(), "workers/node_modules missing: run scripts/setup"
+    return path
+
+
+@pytest.fixture(scope="module")
+def pages() -> Iterator[str]:
+    with serve_pages() as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def pw_router(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator[RouterThread]:
+    state = tmp_path_factory.mktemp("ui-router")
+    settings = router_settings(state, worker_command=None, browser=chromium, record=True)
+    with RouterThread(settings) as router:
+        yield router
+    wait_for(lambda: not processes_for(state), timeout=20)
+
+
+@pytest.fixture(scope="module")
+def browser(chromium: str) -> Iterator[Browser]:
+    # The system Chromium, never a downloaded one; --no-sandbox because tests may run as root.
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context()
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    yield page
+    context.close()
+    assert not errors, errors  # no script errors, no CSP violations
+
+
+def test_dashboard_follows_a_live_session_and_ends_it(pw_router: RouterThread, pages: str, page: Page) -> None:
+    state = Path(pw_router.settings.state_dir)
+    base = f"http://127.0.0.1:{pw_router.port}"
+    page.goto(f"{base}/ui/")
+    expect(page.locator("#status")).to_contain_text("live")
+
+    with RawClient(pw_router.url) as c:
+        c.initialize(name="dashboard-client")
+        assert c.session_id is not None
+        row = page.locator(f'tr[data-session-id="{c.session_id}"]')
+        expect(row).to_be_visible()  # appears without a reload
+        expect(row).to_contain_text("dashboard-client")
+        expect(row).to_contain_text("live")
+
+        c.text("browser_navigate", url=f"{pages}/")
+        snapshot = c.text("browser_snapshot")
+        c.text("browser_click", target=find_ref(snapshot, "Click me"), element="Click me button")
+        c.text("browser_take_screenshot")
+        worker_pid = pw_router.manager.sessions.get(c.session_id).connection.worker.pid
+        expect(row).to_contain_text(f"pid {worker_pid}")
+        expect(row.locator("td").nth(8)).to_contain_text("MiB")
+
+        row.click()
+        expect(page.locator("#session-id")).to_have_text(c.session_id)
+        calls = page.locator("#calls tbody tr")
+        expect(calls.filter(has_text="browser_take_screenshot")).to_be_visible()
+        expect(page.locator('#calls tr[data-tool="browser_navigate"]')).to_contain_text(f"{pages}/")
+
+        # The snapshot, then the client-side filter keeping matching lines only.
+        page.locator('#calls tr[data-tool="browser_snapshot"]').click()
+        expect(page.locator("#snapshot")).to_contain_text("Router test page")
+        expect(page.locator("#snapshot")).to_contain_text("Click me")
+        page.locator("#snapshot-search").fill("click me")
+        expect(page.locator("#snapshot-count")).to_contain_text("of")
+        filtered = page.locator("#snapshot").inner_text().splitlines()
+        assert filtered and all("click me" in line.lower() for line in filtered)
+        expect(page.locator("#snapshot")).not_to_contain_text("Router test page")
+
+        # The click's console error, coloured by level.
+        page.locator('#calls tr[data-tool="browser_click"]').click()
+        expect(page.locator("#console li.level-error")).to_contain_text("clicked-error")
+
+        # The screenshot, served by the router and decoded by the browser.
+        page.locator('#calls tr[data-tool="browser_take_screenshot"]').click()
+        image = page.locator("#images img").first
+        expect(image).to_be_visible()
+        wait_for(lambda: image.evaluate("img => img.complete && img.naturalWidth > 0"), timeout=10)
+        expect(page.locator("#raw")).to_contain_text("Screenshot")
+
+        # End it from the dashboard: confirm() accepted, the worker and its browser go away.
+        assert processes_for(state, c.session_id)
+        seen: list[str] = []
+
+        def accept(dialog: Dialog) -> None:
+            seen.append(dialog.message)
+            dialog.accept()
+
+        page.once("dialog", accept)
+        page.locator("#end-button").click()
+        expect(page.locator("#action-result")).to_have_text("session is now closed")
+        assert seen and "End session" in seen[0]
+        wait_for(lambda: not processes_for(state, c.session_id), timeout=10)
+        assert pw_router.manager.sessions.get(c.session_id) is None
+        expect(row.locator(".state")).to_have_text("closed")
+        expect(page.locator("#end-button")).to_be_disabled()
+
+
+def test_dismissed_confirm_changes_nothing(pw_router: RouterThread, page: Page) -> None:
+    page.goto(f"http://127.0.0.1:{pw_router.port}/ui/")
+    with RawClient(pw_router.url) as c:
+        c.initialize(name="keep-me")
+        assert c.session_id is not None
+        page.locator(f'tr[data-session-id="{c.session_id}"]').click()
+        expect(page.locator("#session-id")).to_have_text(c.session_id)
+        page.once("dialog", lambda d: d.dismiss())
+        page.locator("#end-button").click()
+        page.wait_for_timeout(300)
+        assert pw_router.manager.sessions.get(c.session_id) is not None
+        expect(page.locator("#action-result")).to_have_text(re.compile("^$"))
+        c.delete()

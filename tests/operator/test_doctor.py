@@ -1,0 +1,121 @@
+"""`mcp-router doctor`: ✓ on a healthy machine, ✗ with the fix on a broken one, and the exit status."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from router import doctor, schema
+from router.cli import main
+from tests.support import RouterThread, free_port, router_settings
+
+
+@pytest.fixture
+def config_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "config"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A port held by something that is not a router."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield int(s.getsockname()[1])
+
+
+def run_doctor(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str]]:
+    status = main(["doctor", *args])
+    return status, capsys.readouterr().out.splitlines()
+
+
+def test_healthy_machine_passes(
+    tmp_path: Path, config_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MCP_ROUTER_BROWSER", raising=False)
+    unit = config_home / "systemd" / "user" / "mcp-router.service"
+    unit.parent.mkdir(parents=True)
+    unit.write_text("[Service]\n")
+    state = tmp_path / "state"
+    conn = schema.connect(state / "router.db")
+    conn.close()
+    status, lines = run_doctor(capsys, "--state-dir", str(state), "--port", str(free_port()))
+    assert status == 0, lines
+    assert len(lines) == 8 and lines[-1] == "all checks passed"
+    assert all(line.startswith(("✓", "!")) for line in lines[:-1]), lines
+    text = "\n".join(lines)
+    for expected in ("node v", "@playwright/mcp 0.0.83 installed", "launches headless", "is writable",
+                     f"schema v{schema.SCHEMA_VERSION}", "is free", "systemd user unit installed"):
+        assert expected in text
+
+
+def test_broken_machine_fails_with_fixes(
+    tmp_path: Path, config_home: Path, busy_port: int, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))  # no node
+    monkeypatch.setenv("MCP_ROUTER_BROWSER", "/bin/false")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    status, lines = run_doctor(capsys, "--state-dir", str(blocker / "state"), "--port", str(busy_port))
+    assert status == 1
+    failed = [line for line in lines if line.startswith("✗")]
+    assert all(" — fix: " in line for line in failed)
+    text = "\n".join(failed)
+    assert "node not found on PATH" in text
+    assert "browser /bin/false does not launch headless" in text
+    assert "is not writable" in text
+    assert f"port 127.0.0.1:{busy_port} is not available" in text
+    assert "systemd user unit not installed" in text
+    assert lines[-1] == "5 problem(s) found"
+
+
+def test_port_held_by_a_router_is_fine(tmp_path: Path) -> None:
+    with RouterThread(router_settings(tmp_path)) as router:
+        check = doctor.check_port("127.0.0.1", router.port)
+    assert check.ok and "a router already answers" in check.message
+
+
+def test_worker_package_version_must_match_the_pin(tmp_path: Path) -> None:
+    (tmp_path / "package.json").write_text(json.dumps({"dependencies": {"@playwright/mcp": "0.0.83"}}))
+    assert not doctor.check_worker_package(tmp_path).ok  # not installed
+    installed = tmp_path / "node_modules" / "@playwright" / "mcp"
+    installed.mkdir(parents=True)
+    (installed / "package.json").write_text(json.dumps({"version": "0.0.80"}))
+    check = doctor.check_worker_package(tmp_path)
+    assert not check.ok and "0.0.80 installed, 0.0.83 pinned" in check.message and "npm ci" in check.fix
+    (installed / "package.json").write_text(json.dumps({"version": "0.0.83"}))
+    assert doctor.check_worker_package(tmp_path).ok
+
+
+def test_database_checks(tmp_path: Path) -> None:
+    assert doctor.check_database(tmp_path).ok  # none yet: created on first start
+    (tmp_path / "router.db").write_bytes(b"this is not a database" * 100)
+    broken = doctor.check_database(tmp_path)
+    assert not broken.ok and "does not open" in broken.message
+    (tmp_path / "router.db").unlink()
+    conn = sqlite3.connect(tmp_path / "router.db")
+    conn.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION + 1}")
+    conn.close()
+    newer = doctor.check_database(tmp_path)
+    assert not newer.ok and "newer than this router" in newer.message
+
+
+def test_old_node_warns_and_too_old_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "node"
+    monkeypatch.setenv("PATH", str(tmp_path))
+    for version, ok, warning in (("v18.19.0", True, True), ("v16.20.2", False, False), ("v22.1.0", True, False)):
+        fake.write_text(f"#!/bin/sh\necho {version}\n")
+        fake.chmod(0o755)
+        check = doctor.check_node()
+        assert (check.ok, check.warning) == (ok, warning), check
+        assert check.line().startswith("!" if warning else "✓" if ok else "✗")
