@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+import time
+from collections.abc import Awaitable
 from typing import Final
 from urllib.parse import parse_qs
 
@@ -29,8 +30,8 @@ from router.exchange import Exchange
 from router.manager import SessionManager
 from router.messages import ClientMessage, Kind, parse
 from router.proxy import WorkerConnection, downstream_headers, upstream_headers
-from router.sessions import ENDED, Session, State
-from router.sse import KEEPALIVE_COMMENT, EventSplitter, encode_event, relay
+from router.sessions import Session, State
+from router.sse import KEEPALIVE_COMMENT, EventSplitter, encode_event
 from router.types import (
     H_CONTENT_LENGTH,
     H_PROTOCOL_VERSION,
@@ -219,14 +220,17 @@ class McpEndpoint:
     ) -> None:
         await _send_start(send, 200, _sse_headers(upstream, session))
 
-        async def events() -> AsyncIterator[bytes]:
+        writer = _Writer(send)
+
+        async def forward() -> None:
             splitter = EventSplitter()
             async for chunk in upstream.aiter_raw():
-                for event in splitter.feed(chunk):
-                    yield await exchange.answer_event(event)
+                events = splitter.feed(chunk)
+                if events:  # whole events only, all of a chunk's in one write
+                    await writer(b"".join([await exchange.answer_event(e) for e in events]))
 
         try:
-            await _until_disconnect(receive, relay(events(), _body_writer(send), self.keepalive_interval))
+            await _stream(receive, writer, forward(), keepalive=self.keepalive_interval)
         except httpx.HTTPError as exc:
             # The worker died mid-call: the client still gets an answer for its request, not a hang.
             error = _unreachable(session, exc)
@@ -264,18 +268,19 @@ class McpEndpoint:
                 return
             await _send_start(send, 200, _sse_headers(upstream, session))
 
-            async def events() -> AsyncIterator[bytes]:
+            writer = _Writer(send)
+
+            async def forward() -> None:
                 splitter = EventSplitter()
                 async for chunk in upstream.aiter_raw():
-                    for event in splitter.feed(chunk):
-                        yield event
+                    events = splitter.feed(chunk)
+                    if events:
+                        await writer(b"".join(events))
 
             # If the worker goes away, ending the stream is all a client needs to learn.
             with contextlib.suppress(httpx.HTTPError):
-                await _until_disconnect(
-                    receive,
-                    relay(events(), _body_writer(send), self.keepalive_interval),
-                    stop=self.manager.stopping,
+                await _stream(
+                    receive, writer, forward(), keepalive=self.keepalive_interval, stop=self.manager.stopping
                 )
             await send({"type": "http.response.body", "body": b""})
         finally:
@@ -290,13 +295,10 @@ class McpEndpoint:
         headers = [(b"content-type", SSE.encode()), (H_SESSION_ID.encode(), session.id.encode()), *SSE_HEADERS]
         await _send_start(send, 200, headers)
 
-        async def keep_alive() -> None:
-            while session.state not in ENDED and not self.manager.stopping.is_set():
-                await send({"type": "http.response.body", "body": KEEPALIVE_COMMENT, "more_body": True})
-                with anyio.move_on_after(self.keepalive_interval):
-                    await self.manager.wait_gone(session)
-
-        await _until_disconnect(receive, keep_alive())
+        writer = _Writer(send)
+        await writer(KEEPALIVE_COMMENT)
+        # Only keep-alives flow until the session ends for good or the router stops.
+        await _stream(receive, writer, self.manager.wait_gone(session), keepalive=self.keepalive_interval)
         await send({"type": "http.response.body", "body": b""})
 
     # -- DELETE -------------------------------------------------------------------------------
@@ -353,24 +355,39 @@ async def _send_json(send: Send, body: bytes, session: Session, *, status: int) 
     await send({"type": "http.response.body", "body": body})
 
 
-def _body_writer(send: Send) -> Callable[[bytes], Awaitable[None]]:
-    async def write(data: bytes) -> None:
-        await send({"type": "http.response.body", "body": data, "more_body": True})
+class _Writer:
+    """Writes body chunks and remembers when, so keep-alives go out only after silence."""
 
-    return write
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.last = time.monotonic()
+
+    async def __call__(self, data: bytes) -> None:
+        self.last = time.monotonic()
+        await self.send({"type": "http.response.body", "body": data, "more_body": True})
 
 
-async def _until_disconnect(receive: Receive, work: Awaitable[None], stop: anyio.Event | None = None) -> None:
-    """Runs the stream until it ends, the client goes or ``stop`` is set (the router shuts down:
-    a stream that never ends would hold up uvicorn's graceful shutdown); then the upstream is
-    closed by the caller."""
+async def _stream(
+    receive: Receive, writer: _Writer, work: Awaitable[None], *, keepalive: float, stop: anyio.Event | None = None
+) -> None:
+    """Runs ``work`` (which writes whole events) until it ends, the client goes or ``stop`` is
+    set (a stream that never ends would hold up graceful shutdown). Meanwhile the task that
+    watches for the client's disconnect also writes a keep-alive comment after ``keepalive``
+    seconds of silence: load balancers cut idle streams after 60–125 s. The caller closes the
+    upstream afterwards."""
     failure: list[Exception] = []
     async with anyio.create_task_group() as tg:
 
         async def watch() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            tg.cancel_scope.cancel()
+            while True:
+                silence = time.monotonic() - writer.last
+                if silence >= keepalive:
+                    await writer(KEEPALIVE_COMMENT)
+                    continue
+                with anyio.move_on_after(keepalive - silence):
+                    if (await receive())["type"] == "http.disconnect":
+                        tg.cancel_scope.cancel()
+                        return
 
         async def until_stop(event: anyio.Event) -> None:
             await event.wait()

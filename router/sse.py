@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
-
-import anyio
 
 KEEPALIVE_COMMENT = b": keep-alive\n\n"
 _BOUNDARIES = (b"\n\n", b"\r\n\r\n", b"\r\r")
@@ -70,39 +67,3 @@ def event_json(event: bytes) -> Any:
 def encode_event(payload: bytes, event_id: str | None = None) -> bytes:
     head = f"id: {event_id}\n".encode() if event_id else b""
     return head + b"event: message\ndata: " + payload + b"\n\n"
-
-
-async def relay(
-    events: AsyncIterator[bytes], write: Callable[[bytes], Awaitable[None]], interval: float
-) -> None:
-    """Writes the events, and a comment whenever none came for `interval` seconds.
-
-    Load balancers cut idle streams after 60–125 s; a comment is invisible to SSE clients.
-    A coroutine rather than a generator, so the task group never spans a yield.
-    """
-    send, receive = anyio.create_memory_object_stream[bytes](1)
-    failure: list[Exception] = []
-
-    async def pump() -> None:
-        async with send:
-            try:
-                async for event in events:
-                    await send.send(event)
-            except Exception as exc:  # re-raised below, outside the task group, unwrapped
-                failure.append(exc)
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(pump)
-        async with receive:
-            while True:
-                with anyio.move_on_after(interval) as scope:
-                    try:
-                        item = await receive.receive()
-                    except anyio.EndOfStream:
-                        break
-                if scope.cancelled_caught:
-                    await write(KEEPALIVE_COMMENT)
-                else:
-                    await write(item)
-    if failure:
-        raise failure[0]

@@ -64,8 +64,8 @@ def test_server_to_client_request_crosses_and_answer_returns(fake_router: Router
         reader.start()
         assert opened.wait(10)
         assert c.text("roots") == "file:///tmp/project"
-        assert answered.is_set()
         reader.join(timeout=10)
+        assert answered.is_set()
         c.delete()
 
 
