@@ -221,16 +221,10 @@ class McpEndpoint:
         await _send_start(send, 200, _sse_headers(upstream, session))
 
         writer = _Writer(send)
-
-        async def forward() -> None:
-            splitter = EventSplitter()
-            async for chunk in upstream.aiter_raw():
-                events = splitter.feed(chunk)
-                if events:  # whole events only, all of a chunk's in one write
-                    await writer(b"".join([await exchange.answer_event(e) for e in events]))
-
         try:
-            await _stream(receive, writer, forward(), keepalive=self.keepalive_interval)
+            await _stream(
+                receive, writer, _forward_events(upstream, writer, exchange), keepalive=self.keepalive_interval
+            )
         except httpx.HTTPError as exc:
             # The worker died mid-call: the client still gets an answer for its request, not a hang.
             error = _unreachable(session, exc)
@@ -269,18 +263,14 @@ class McpEndpoint:
             await _send_start(send, 200, _sse_headers(upstream, session))
 
             writer = _Writer(send)
-
-            async def forward() -> None:
-                splitter = EventSplitter()
-                async for chunk in upstream.aiter_raw():
-                    events = splitter.feed(chunk)
-                    if events:
-                        await writer(b"".join(events))
-
             # If the worker goes away, ending the stream is all a client needs to learn.
             with contextlib.suppress(httpx.HTTPError):
                 await _stream(
-                    receive, writer, forward(), keepalive=self.keepalive_interval, stop=self.manager.stopping
+                    receive,
+                    writer,
+                    _forward_events(upstream, writer, None),
+                    keepalive=self.keepalive_interval,
+                    stop=self.manager.stopping,
                 )
             await send({"type": "http.response.body", "body": b""})
         finally:
@@ -365,6 +355,18 @@ class _Writer:
     async def __call__(self, data: bytes) -> None:
         self.last = time.monotonic()
         await self.send({"type": "http.response.body", "body": data, "more_body": True})
+
+
+async def _forward_events(upstream: httpx.Response, writer: _Writer, exchange: Exchange | None) -> None:
+    """The worker's SSE stream, cut at event boundaries (so keep-alives never land mid-event),
+    each chunk's whole events in one write; a request's own answer passes through its exchange."""
+    splitter = EventSplitter()
+    async for chunk in upstream.aiter_raw():
+        events = splitter.feed(chunk)
+        if events:
+            if exchange is not None:
+                events = [await exchange.answer_event(e) for e in events]
+            await writer(b"".join(events))
 
 
 async def _stream(

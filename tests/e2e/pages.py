@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-PAGES = {
+PAGES: dict[str, str | bytes] = {
     "/": """<!doctype html><html><head><title>Home</title></head><body>
 <h1>Router test page</h1>
 <button id="b" onclick="console.error('clicked-error'); this.textContent='Clicked'">Click me</button>
@@ -34,27 +34,30 @@ document.title = 'cookie=' + (c ? c[1] : 'none') + ' storage=' + (l || 'none');
 }
 
 
-class _Handler(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        path = self.path.split("?")[0]
-        body = PAGES.get(path)
-        if body is None:
-            self.send_error(404)
-            return
-        data = body.encode()
-        self.send_response(200)
-        self.send_header("content-type", "text/html; charset=utf-8")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+def _handler(pages: dict[str, str | bytes]) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = pages.get(self.path.split("?")[0])
+            if body is None:
+                self.send_error(404)
+                return
+            data = body.encode() if isinstance(body, str) else body
+            self.send_response(200)
+            self.send_header("content-type", "text/html; charset=utf-8")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
 
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    return Handler
 
 
 @contextmanager
-def serve_pages() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+def serve_pages(pages: dict[str, str | bytes] | None = None) -> Iterator[str]:
+    """Serves ``pages`` (path → HTML; default: the shared test pages) on 127.0.0.1."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(dict(PAGES) if pages is None else pages))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -62,3 +65,4 @@ def serve_pages() -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+        thread.join(timeout=5)

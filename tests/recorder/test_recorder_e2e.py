@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ import pytest
 
 from router.recorder import Recorder
 from router.snapshots import compact_summary, summarize
+from tests.e2e.pages import serve_pages
 from workers import orphans
 from workers.spec import WorkerSpec, default_cli_path
 from workers.supervisor import Supervisor, Worker
@@ -34,28 +33,10 @@ Press</button>
 <p id="o">Not clicked</p><script>console.error('boom from page')</script>"""
 
 
-class _Page(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = PAGE if self.path == "/" else b"no"
-        self.send_response(200 if self.path == "/" else 404)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
 def page_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Page)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serve_pages({"/": PAGE}) as base:
+        yield f"{base}/"
 
 
 class _Client:

@@ -6,10 +6,8 @@ import json
 import os
 import shutil
 import signal
-import threading
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ import httpx
 import pytest
 from workers_testlib import async_wait_for
 
+from tests.e2e.pages import serve_pages
 from workers import orphans
 from workers.spec import WorkerSpec, default_cli_path
 from workers.supervisor import Supervisor, Worker
@@ -32,27 +31,10 @@ pytestmark = [
 PAGE = b"<!doctype html><title>workers e2e</title><h1>hello from the test</h1>"
 
 
-class _Page(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(PAGE)))
-        self.end_headers()
-        self.wfile.write(PAGE)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
 def page_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Page)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serve_pages({"/": PAGE}) as base:
+        yield f"{base}/"
 
 
 def _comm(pid: int) -> str:
