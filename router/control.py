@@ -21,8 +21,6 @@ CONTROL_TIMEOUT: Final = 30.0  # a tool call that restores a page may load it; g
 CONTROL_CLIENT_INFO: Final = {"name": "mcp-router-control", "version": "1"}
 DEFAULT_PROTOCOL_VERSION: Final = "2025-06-18"
 
-_ids = itertools.count(1)
-
 
 class ControlError(Exception):
     """The worker refused, failed or answered something unreadable."""
@@ -57,6 +55,7 @@ class WorkerSession:
         self.host_header = host_header
         self.session_id: str | None = None
         self.protocol_version = DEFAULT_PROTOCOL_VERSION
+        self._ids = itertools.count(1)  # JSON-RPC ids are per session
 
     def _headers(self) -> dict[str, str]:
         headers = {"host": self.host_header, "content-type": JSON, "accept": f"{JSON}, {SSE}"}
@@ -80,7 +79,7 @@ class WorkerSession:
             "capabilities": {},
             "clientInfo": CONTROL_CLIENT_INFO,
         }
-        request_id = next(_ids)
+        request_id = next(self._ids)
         try:
             response = await self._post({"jsonrpc": "2.0", "id": request_id, "method": "initialize", "params": params})
             result = _answer(response, request_id)
@@ -98,7 +97,7 @@ class WorkerSession:
 
     async def call(self, tool: str, arguments: dict[str, Any] | None = None) -> str:
         """The text of a tool's answer; ControlError when the tool reports an error."""
-        request_id = next(_ids)
+        request_id = next(self._ids)
         body = {
             "jsonrpc": "2.0",
             "id": request_id,
@@ -115,7 +114,7 @@ class WorkerSession:
         return text
 
     async def tool_names(self) -> set[str]:
-        request_id = next(_ids)
+        request_id = next(self._ids)
         try:
             result = _answer(await self._post({"jsonrpc": "2.0", "id": request_id, "method": "tools/list"}), request_id)
         except httpx.HTTPError as exc:
