@@ -53,6 +53,7 @@ def continuity_options(settings: Settings) -> dict[str, Any]:
     """The manager's issue-4 knobs: live-worker cap, retention, health checks, restart budget."""
     return {
         "max_live_workers": settings.max_live_workers,
+        "warm_workers": settings.warm_workers,
         "retention": settings.session_retention_hours * 3600.0,
         "health_interval": settings.health_interval,
         "budget": (settings.max_restarts, settings.restart_window, tuple(settings.restart_backoff)),
@@ -97,7 +98,12 @@ def create_app(settings: Settings) -> Starlette:
 
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse(
-            {"status": "ok", "sessions": len(manager.sessions.live()), "workers": supervisor.live_count}
+            {
+                "status": "ok",
+                "sessions": len(manager.sessions.live()),
+                "workers": supervisor.live_count,
+                "warm_workers": len(manager.pool),
+            }
         )
 
     app = Starlette(

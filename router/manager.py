@@ -24,6 +24,7 @@ from router import resume
 from router.control import ControlError, WorkerSession
 from router.errors import ServiceUnavailable, SessionNotFound, WorkerUnreachable
 from router.messages import ClientMessage
+from router.pool import WarmPool
 from router.proxy import WorkerConnection
 from router.sessions import ENDED, RECORD_STATE, Session, SessionTable, State, check_session_id, mint_session_id
 from router.upkeep import Upkeep
@@ -59,6 +60,7 @@ class SessionManager(Upkeep):
         health_interval: float = HEALTH_INTERVAL,
         budget: tuple[int, float, tuple[float, ...]] = (3, 300.0, (1.0, 2.0, 4.0)),
         metrics: Metrics | None = None,
+        warm_workers: int = 0,
     ) -> None:
         self.supervisor = supervisor
         self.recorder = recorder
@@ -79,6 +81,7 @@ class SessionManager(Upkeep):
         self._spawn_failures = 0
         self._spawn_failed_at = 0.0
         self._spawn_error: SpawnError | None = None
+        self.pool = WarmPool(self, warm_workers)  # router/pool.py: workers spawned ahead of demand
 
     # -- life cycle ------------------------------------------------------------------------------
 
@@ -92,6 +95,8 @@ class SessionManager(Upkeep):
             tg.start_soon(self._reap_idle)
             tg.start_soon(self._check_health)
             tg.start_soon(self._expire_retained)
+            if self.pool.size:
+                tg.start_soon(self.pool.refill)
             try:
                 yield self
             finally:
@@ -109,6 +114,7 @@ class SessionManager(Upkeep):
 
     async def _shutdown(self) -> None:
         """Save each live session's state and end its worker; the sessions stay resumable."""
+        await self.pool.close()
         with anyio.move_on_after(SHUTDOWN_SAVE_BUDGET):
             async with anyio.create_task_group() as tg:
                 for session in self.sessions.with_worker():
@@ -120,13 +126,16 @@ class SessionManager(Upkeep):
     # -- open / lookup / end ---------------------------------------------------------------------
 
     async def open(self, initialize: ClientMessage, *, response_mode: str) -> Session:
-        self._check_spawning()
+        if not len(self.pool):
+            self._check_spawning()
         if len(self.sessions.live()) >= self.max_sessions and not await self._evict_dormant():
             raise ServiceUnavailable(
                 f"Too many sessions ({self.max_sessions}); retry later or end a session",
                 retry_after=FULL_RETRY_AFTER,
             )
-        session = self.sessions.create(response_mode)
+        # A warm worker, if one is ready: the session takes its id (and with it its slot).
+        warm = self.pool.take()
+        session = self.sessions.create(response_mode, session_id=None if warm is None else warm.id)
         session.budget = self._new_budget()
         params = initialize.params
         session.initialize_params = dict(params)
@@ -135,16 +144,20 @@ class SessionManager(Upkeep):
         version = params.get("protocolVersion")
         session.protocol_version = version if isinstance(version, str) else None
         started = time.monotonic()
-        try:
-            worker = await self._spawn(session)
-        except BaseException:
-            self.sessions.forget(session.id)
-            raise
-        self._attach(session, WorkerConnection(worker))
+        if warm is not None and warm.connection is not None:
+            connection = warm.connection
+        else:
+            try:
+                connection = WorkerConnection(await self._spawn(session))
+            except BaseException:
+                self.sessions.forget(session.id)
+                raise
+        self._attach(session, connection)
         resume.write_session_file(self.supervisor.session_dir(session.id), resume.session_record(session))
+        worker = connection.worker
         log.info(
-            "session opened session=%s port=%d pid=%d client=%s spawn_ms=%.0f",
-            session.id, worker.port, worker.pid, session.client_info.get("name"),
+            "session opened session=%s port=%d pid=%d client=%s warm=%s spawn_ms=%.0f",
+            session.id, worker.port, worker.pid, session.client_info.get("name"), warm is not None,
             (time.monotonic() - started) * 1000,
         )  # fmt: skip
         return session
@@ -330,6 +343,8 @@ class SessionManager(Upkeep):
             if len(self._slots) < self.max_live_workers:
                 self._slots.add(session.id)
                 return
+            if await self.pool.evict_one():  # a warm worker goes before any session sleeps
+                continue
             idle = [
                 s for s in self.sessions.with_worker()
                 if s is not session and s.state is State.LIVE and not s.in_flight

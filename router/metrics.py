@@ -1,7 +1,7 @@
 """Prometheus metrics: one registry per app, counters bumped by the manager and the exchange,
 gauges read at scrape time.
 
-Gauges (live workers, sessions by state, recorder queue, db size) are computed by a collector when
+Gauges (live and warm workers, sessions by state, recorder queue, db size) are computed by a collector when
 /metrics is scraped rather than incremented around the code: a missed decrement can never leave
 them wrong, and the hot path pays nothing for them. Each app owns its registry (never the
 process-wide default), so two routers in one process (tests) never mix their numbers.
@@ -157,6 +157,9 @@ class _LiveCollector(Collector):
         workers = GaugeMetricFamily(f"{PREFIX}_live_workers", "Worker processes alive now")
         workers.add_metric([], self.manager.supervisor.live_count)
         yield workers
+        warm = GaugeMetricFamily(f"{PREFIX}_warm_workers", "Warm workers ready in the pool (--warm-workers)")
+        warm.add_metric([], len(self.manager.pool))
+        yield warm
         by_state = Tally(s.state.value for s in self.manager.sessions)
         sessions = GaugeMetricFamily(f"{PREFIX}_sessions", "Sessions the router holds, by state", labels=["state"])
         for state, count in sorted(by_state.items()):

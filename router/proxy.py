@@ -17,6 +17,9 @@ CONNECT_TIMEOUT: Final = 5.0
 READ_TIMEOUT: Final = None
 DELETE_TIMEOUT: Final = 3.0
 MAX_CONNECTIONS_PER_WORKER: Final = 16
+# Node closes idle keep-alive sockets after 5 s; dropping ours first means a request never goes
+# out on a socket the worker is closing (a POST cannot safely be retried).
+KEEPALIVE_EXPIRY: Final = 4.0
 
 HOP_BY_HOP: Final = frozenset(
     {
@@ -89,7 +92,9 @@ class WorkerConnection:
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT),
             limits=httpx.Limits(
-                max_connections=MAX_CONNECTIONS_PER_WORKER, max_keepalive_connections=MAX_CONNECTIONS_PER_WORKER
+                max_connections=MAX_CONNECTIONS_PER_WORKER,
+                max_keepalive_connections=MAX_CONNECTIONS_PER_WORKER,
+                keepalive_expiry=KEEPALIVE_EXPIRY,
             ),
             trust_env=False,
         )

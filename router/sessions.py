@@ -121,10 +121,16 @@ class SessionTable:
     def __iter__(self) -> Iterator[Session]:
         return iter(list(self._sessions.values()))
 
-    def create(self, response_mode: str = "full") -> Session:
-        session_id = mint_session_id()
-        while session_id in self._sessions:  # astronomically unlikely, but cheap to rule out
+    def create(self, response_mode: str = "full", *, session_id: str | None = None) -> Session:
+        """A new session under a freshly minted id, or under ``session_id`` minted in advance
+        (a warm worker's, router/pool.py), which must not be in the table."""
+        if session_id is not None:
+            if session_id in self._sessions:
+                raise ValueError(f"session id already in use: {session_id}")
+        else:
             session_id = mint_session_id()
+            while session_id in self._sessions:  # astronomically unlikely, but cheap to rule out
+                session_id = mint_session_id()
         session = Session(session_id, response_mode=response_mode)
         self._sessions[session_id] = session
         return session

@@ -49,6 +49,8 @@ class Settings(BaseSettings):
     # Known session ids (live or dormant); workers are capped separately by max_live_workers.
     max_sessions: int = 1000
     max_live_workers: int = Field(default_factory=default_max_live_workers)
+    # Workers spawned ahead of demand, browser launched (router/pool.py); 0 keeps spawning lazy.
+    warm_workers: int = Field(default=0, ge=0)
     session_retention_hours: float = 24.0  # a dormant session stays resumable this long
     health_interval: float = 30.0
     max_restarts: int = 3  # per session, within restart_window seconds

@@ -24,6 +24,7 @@ from workers.supervisor import Supervisor, Worker
 
 if TYPE_CHECKING:
     from router.metrics import Metrics
+    from router.pool import WarmPool
     from router.recorder import Recorder
 
 log = logging.getLogger("mcp_router.sessions")
@@ -45,6 +46,7 @@ class Upkeep:
     _tg: TaskGroup | None
     _save_due: dict[str, float]
     _storage: bool | None
+    pool: WarmPool
 
     def _detach(self, session: Session, state: State) -> WorkerConnection | None:
         raise NotImplementedError
@@ -167,7 +169,11 @@ class Upkeep:
                     await self.end(session, State.CLOSED)
             entries = await anyio.to_thread.run_sync(_session_dirs, self.supervisor.state_dir / "sessions")
             for path in entries:
-                if self.sessions.get(path.name) is None and resume.last_active(path) < cutoff:
+                if (
+                    self.sessions.get(path.name) is None
+                    and not self.pool.owns(path.name)  # a warm worker's directory has no session file
+                    and resume.last_active(path) < cutoff
+                ):
                     await self.supervisor.forget(path.name)
                     if self.recorder is not None:
                         self.recorder.session_state(path.name, RECORD_STATE[State.CLOSED])

@@ -157,11 +157,17 @@ async def init_once(target: Target, page: str, result: InitResult, *, extra_s: f
 
 
 async def wait_pool(target: Target, size: int, within: float = 40.0) -> bool:
-    """Until the router reports `size` live workers and as many browsers run under its state dir."""
+    """Until the router reports `size` warm workers ready (`/healthz` "warm_workers"; older routers:
+    `size` live workers and as many browsers under its state dir)."""
     end = time.perf_counter() + within
     while time.perf_counter() < end:
-        workers = healthz(target).get("workers", 0)
-        if isinstance(workers, int) and workers >= size and chromium_count(target.state_dir) >= size:
+        health = healthz(target)
+        warm, workers = health.get("warm_workers"), health.get("workers", 0)
+        if isinstance(warm, int):
+            full = warm >= size
+        else:
+            full = isinstance(workers, int) and workers >= size and chromium_count(target.state_dir) >= size
+        if full:
             await asyncio.sleep(0.3)
             return True
         await asyncio.sleep(0.1)

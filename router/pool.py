@@ -1,0 +1,265 @@
+"""Warm workers: spawned ahead of demand so that opening a conversation costs one forwarded
+``initialize``, not a spawn, and its first tool call not a browser launch (``--warm-workers``).
+
+Each pooled worker gets a session id minted in advance (its port is still the hash of its id),
+is spawned through the manager's own path (it holds a slot under ``max_live_workers``), and gets
+a router-owned *control* MCP session that launches its browser (``browser_tabs list``: the
+persistent context's first tab, ``about:blank``). Workers run with ``--user-data-dir
+--shared-browser-context``, so the client's MCP session later joins that same browser.
+
+The control session is never closed: @playwright/mcp closes the shared browser when the last MCP
+session that used it ends, and verified here, a control session closed before the client's
+first tool call took the browser with it (the client paid ~0.8 s for a new one). It lives as
+long as the worker, which every path that detaches a session's worker ends anyway.
+
+``initialize`` without a session id takes a ready worker (``take``); the pool refills in the
+background, one worker at a time, only into free slots. When a session needs a slot, a pooled
+worker is ended before any live session is hibernated (``evict_one``). A pooled worker that dies
+is dropped and replaced, never handed out. Pooled workers have no Session: they are never reaped
+or health-checked as sessions, and shutdown ends them and deletes their directories.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+import anyio
+
+from router.control import ControlError, WorkerSession
+from router.errors import RouterError
+from router.proxy import WorkerConnection
+from router.sessions import Session, mint_session_id
+from workers._exceptions import WorkerError
+from workers.supervisor import Worker
+
+if TYPE_CHECKING:
+    from router.manager import SessionManager
+
+log = logging.getLogger("mcp_router.pool")
+
+POLL: Final = 1.0  # re-check for free slots this often even when nothing signalled a change
+WARM_TOOL: Final = "browser_tabs"  # launches the browser; lists the about:blank tab
+WARM_ARGS: Final = {"action": "list"}
+# @playwright/mcp closes an idle browser after an hour without a completed tool call (headless
+# default); a pooled worker is poked well before that, which also checks it still answers.
+KEEP_WARM_EVERY: Final = 20 * 60.0
+FAILURE_BACKOFF: Final = (1.0, 2.0, 5.0, 10.0, 30.0)
+CLOSE_WAIT: Final = 10.0
+# After a take, the refill waits this long: spawning node and launching Chromium would otherwise
+# compete for the CPU with the new conversation's first calls (measured here on 2 cores: its
+# first browser_navigate took ~430 ms instead of ~200 ms). The next take has the rest of the pool.
+REFILL_DELAY: Final = 3.0
+
+
+@dataclass(eq=False)
+class Pooled:
+    """One warm worker (or one on its way there)."""
+
+    id: str
+    worker: Worker | None = None
+    connection: WorkerConnection | None = None
+    control: WorkerSession | None = None
+    ready: bool = False
+    warmed_at: float = 0.0  # monotonic; last tool call that kept the browser up
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    done: anyio.Event = field(default_factory=anyio.Event)  # filling finished, either way
+
+
+class WarmPool:
+    def __init__(self, manager: SessionManager, size: int) -> None:
+        self.manager = manager
+        self.size = max(0, size)
+        self._entries: dict[str, Pooled] = {}  # filling and ready, in the order they were started
+        self._changed = anyio.Event()
+        self._yielding = 0  # evictions in progress: a slot is on its way to a session, not to us
+        self._failures = 0
+        self._retry_at = 0.0
+        self._stopping = False
+
+    # -- queries ---------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Ready workers."""
+        return sum(1 for e in self._entries.values() if e.ready)
+
+    def owns(self, session_id: str) -> bool:
+        return session_id in self._entries
+
+    def ready_ids(self) -> list[str]:
+        """Ids of the ready workers, the next one to be taken first."""
+        return [e.id for e in self._entries.values() if e.ready]
+
+    # -- handing out -----------------------------------------------------------------------------
+
+    def take(self) -> Pooled | None:
+        """A ready, live worker for a new session, or None (the caller spawns one cold).
+
+        Synchronous: the entry leaves the pool before anyone else can look. Its slot under
+        ``max_live_workers`` is held under its id, which becomes the session's id.
+        """
+        for entry in [e for e in self._entries.values() if e.ready]:
+            del self._entries[entry.id]
+            self._signal()
+            worker = entry.worker
+            if worker is not None and worker.alive() and not worker.stopping:
+                self._retry_at = max(self._retry_at, time.monotonic() + REFILL_DELAY)
+                log.info("warm worker taken session=%s port=%d pid=%d", entry.id, worker.port, worker.pid)
+                return entry
+            log.warning("warm worker found dead, replacing it id=%s", entry.id)
+            self._start_soon_discard(entry)
+        return None
+
+    # -- making room -----------------------------------------------------------------------------
+
+    async def evict_one(self) -> bool:
+        """End one pooled worker (ready first, else one being filled) to free its slot for a
+        session. True once its slot is free: the caller takes it before the pool can refill."""
+        entries = list(self._entries.values())
+        if not entries:
+            return False
+        entry = next((e for e in reversed(entries) if e.ready), entries[-1])
+        self._yielding += 1
+        try:
+            log.info("ending warm worker id=%s to make room", entry.id)
+            if entry.ready:
+                self._entries.pop(entry.id, None)
+                await self._discard(entry)
+            else:
+                entry.scope.cancel()
+                await entry.done.wait()
+        finally:
+            self._yielding -= 1
+        return True
+
+    # -- life cycle ------------------------------------------------------------------------------
+
+    async def refill(self) -> None:
+        """The refill task (in the manager's task group): one worker at a time, into free slots.
+        Also watches pooled workers' exits while it runs."""
+        supervisor = self.manager.supervisor
+        supervisor.add_exit_listener(self._worker_exited)
+        try:
+            while True:
+                if self._should_fill():
+                    entry = Pooled(mint_session_id())
+                    self._entries[entry.id] = entry
+                    await self._fill(entry)
+                    continue
+                await self._keep_warm()
+                with anyio.move_on_after(POLL):
+                    await self._changed.wait()
+                self._changed = anyio.Event()
+        finally:
+            supervisor.remove_exit_listener(self._worker_exited)
+
+    async def close(self) -> None:
+        """Shutdown: every pooled worker ended and its files deleted; nothing is left behind."""
+        self._stopping = True
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_WAIT):
+            async with anyio.create_task_group() as tg:
+                for entry in list(self._entries.values()):
+                    if entry.ready:
+                        self._entries.pop(entry.id, None)
+                        tg.start_soon(self._discard, entry)
+                    else:
+                        entry.scope.cancel()
+                        tg.start_soon(entry.done.wait)
+
+    # -- filling ---------------------------------------------------------------------------------
+
+    def _should_fill(self) -> bool:
+        manager = self.manager
+        return (
+            not self._stopping
+            and len(self._entries) < self.size
+            and not self._yielding
+            and len(manager._slots) < manager.max_live_workers
+            and time.monotonic() >= self._retry_at
+        )
+
+    async def _fill(self, entry: Pooled) -> None:
+        started = time.monotonic()
+        try:
+            with entry.scope:
+                # Under the cap (checked just now, no await since): _admit takes a free slot at
+                # once and never hibernates a session for a pooled worker.
+                entry.worker = await self.manager._spawn(Session(entry.id))
+                entry.connection = WorkerConnection(entry.worker)
+                entry.control = WorkerSession(entry.connection.client, entry.worker.url, entry.worker.host_header)
+                await entry.control.open()
+                if WARM_TOOL in await entry.control.tool_names():  # a stand-in worker has no browser
+                    await entry.control.call(WARM_TOOL, WARM_ARGS)
+                entry.warmed_at = time.monotonic()
+                if entry.worker.alive() and self._entries.get(entry.id) is entry:
+                    entry.ready = True
+        except Exception as exc:  # the pool is an optimisation: it must never take the router down
+            self._failures += 1
+            delay = FAILURE_BACKOFF[min(self._failures, len(FAILURE_BACKOFF)) - 1]
+            self._retry_at = time.monotonic() + delay
+            expected = isinstance(exc, RouterError | ControlError | WorkerError)
+            log.warning(
+                "warm worker failed id=%s (retrying in %.0f s): %s", entry.id, delay, exc, exc_info=not expected
+            )
+        finally:
+            if not entry.ready:
+                self._entries.pop(entry.id, None)
+                with anyio.CancelScope(shield=True):
+                    await self._discard(entry)
+            entry.done.set()
+        if entry.ready:
+            self._failures = 0
+            worker = entry.worker
+            assert worker is not None
+            log.info(
+                "warm worker ready id=%s port=%d pid=%d ms=%.0f pool=%d/%d",
+                entry.id, worker.port, worker.pid, (time.monotonic() - started) * 1000, len(self), self.size,
+            )  # fmt: skip
+
+    async def _keep_warm(self) -> None:
+        now = time.monotonic()
+        for entry in [e for e in self._entries.values() if e.ready and now - e.warmed_at >= KEEP_WARM_EVERY]:
+            control = entry.control
+            try:
+                if control is not None and WARM_TOOL in await control.tool_names():
+                    await control.call(WARM_TOOL, WARM_ARGS)
+                entry.warmed_at = time.monotonic()
+            except ControlError as exc:
+                if self._entries.pop(entry.id, None) is entry:
+                    log.warning("warm worker stopped answering id=%s: %s", entry.id, exc)
+                    await self._discard(entry)
+
+    # -- ending ----------------------------------------------------------------------------------
+
+    def _worker_exited(self, worker: Worker, returncode: int) -> None:
+        entry = self._entries.get(worker.session_id)
+        if entry is None or entry.worker is not worker or worker.stopping:
+            return
+        log.warning("warm worker exited id=%s pid=%d code=%s; replacing it", entry.id, worker.pid, returncode)
+        if entry.ready:
+            del self._entries[entry.id]
+            self._start_soon_discard(entry)
+        else:
+            entry.scope.cancel()  # its filling fails and cleans up
+
+    def _start_soon_discard(self, entry: Pooled) -> None:
+        tg = self.manager._tg
+        if tg is not None:
+            tg.start_soon(self._discard, entry)
+        else:  # no task group (shutting down): the slot at least must not leak
+            self.manager._slots.discard(entry.id)
+
+    async def _discard(self, entry: Pooled) -> None:
+        """Ends the worker, deletes its directory, frees its slot (last, with no await after it,
+        so an evicting caller takes the slot before the refill task can run)."""
+        with anyio.CancelScope(shield=True):
+            if entry.connection is not None:
+                await entry.connection.aclose()
+            await self.manager.supervisor.forget(entry.id)
+        self.manager._slots.discard(entry.id)
+        self._signal()
+
+    def _signal(self) -> None:
+        self._changed.set()

@@ -1,0 +1,61 @@
+"""The warm pool with the real worker: the client's first tool call lands in the browser the pool
+launched before the client's initialize (issue 5), not in a new one."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support import RawClient, RouterThread, router_settings, wait_for
+from workers.orphans import processes_for
+
+
+def browser_pids(state_dir: Path, session_id: str) -> set[int]:
+    """Chromium main processes (not zygotes or renderers) of one worker."""
+    found = set()
+    for pid in processes_for(state_dir, session_id):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        # Zygote children rewrite their argv into one space-separated string: look at the bytes.
+        program = cmdline.split(b"\0")[0].split(b" ")[0]
+        if b"chrom" in program and b"crashpad" not in program and b"--type=" not in cmdline:
+            found.add(pid)
+    return found
+
+
+def timed_text(client: RawClient, tool: str, **arguments: str) -> tuple[str, float]:
+    started = time.perf_counter()
+    text = client.text(tool, **arguments)
+    return text, time.perf_counter() - started
+
+
+def test_first_tool_call_lands_in_the_prelaunched_browser(
+    tmp_path_factory: pytest.TempPathFactory, browser: str, pages: str
+) -> None:
+    state = tmp_path_factory.mktemp("warm-pool")
+    settings = router_settings(state, worker_command=None, browser=browser, warm_workers=1)
+    with RouterThread(settings) as router, RawClient(router.url) as client:
+        [pooled] = wait_for(lambda: router.manager.pool.ready_ids(), timeout=40)
+        launched = browser_pids(state, pooled)
+        assert len(launched) == 1, "the pool launches the browser before any client shows up"
+
+        client.initialize()
+        assert client.session_id == pooled
+        text, first = timed_text(client, "browser_navigate", url=f"{pages}/")
+        assert "Router test page" in text or "- Page Title: Home" in text
+        # The same browser process serves it, and no other browser was started for the session.
+        assert browser_pids(state, pooled) == launched
+        # The navigate reused the pool's about:blank tab: one tab, ours.
+        tabs = client.text("browser_tabs", action="list")
+        assert tabs.count("- 0:") == 1 and "- 1:" not in tabs, tabs
+
+        steady = statistics.median(timed_text(client, "browser_navigate", url=f"{pages}/?n={k}")[1] for k in range(3))
+        # A browser launch costs 0.5-1 s here; allow generous scheduling noise on a loaded machine.
+        assert first < 3 * steady + 0.3, f"first {first * 1000:.0f} ms vs steady {steady * 1000:.0f} ms"
+        assert client.delete().status_code == 200
+    wait_for(lambda: not processes_for(state), timeout=20)

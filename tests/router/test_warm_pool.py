@@ -1,0 +1,165 @@
+"""The warm pool (--warm-workers) with the stand-in worker: take, refill, death, the cap, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from router.pool import Pooled, WarmPool
+from router.sessions import State
+from tests.support import RawClient, RouterThread, router_settings, wait_for
+from workers.orphans import processes_for
+from workers.ports import derive_port
+
+
+def ready(router: RouterThread, count: int = 1) -> list[str]:
+    """Waits until the pool holds ``count`` ready workers; their ids."""
+    ids: list[str] = wait_for(lambda: (lambda r: r if len(r) >= count else None)(router.manager.pool.ready_ids()))
+    return ids
+
+
+def router_loop_call(router: RouterThread, coro: Any) -> Any:
+    """Runs a coroutine on the router's event loop from the test thread."""
+    loop = router.manager._loop
+    assert loop is not None
+    return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout=30)
+
+
+def whoami(client: RawClient) -> dict[str, int]:
+    text = client.text("whoami")  # "pid=… port=…"
+    return {k: int(v) for k, v in (part.split("=") for part in text.split())}
+
+
+def test_initialize_takes_a_warm_worker_and_the_pool_refills(state_dir: Path) -> None:
+    with RouterThread(router_settings(state_dir, warm_workers=1)) as router, RawClient(router.url) as c:
+        [pooled] = ready(router)
+        worker = router.manager.supervisor.get(pooled)
+        assert worker is not None
+        spawned_before = worker.pid
+        assert processes_for(state_dir, pooled)
+
+        c.initialize()
+        assert c.session_id == pooled  # the session took the warm worker's id...
+        me = whoami(c)
+        assert me["pid"] == spawned_before  # ...and the worker that was running before initialize
+        assert me["port"] == worker.port == derive_port(pooled)
+        session = router.manager.sessions.get(pooled)
+        assert session is not None and session.state is State.LIVE
+
+        # The pool refills in the background with a new id; the session keeps its worker.
+        [refill] = wait_for(lambda: [i for i in router.manager.pool.ready_ids() if i != pooled])
+        assert refill != pooled
+        assert router.app.state.metrics.render().count(b"mcp_router_warm_workers 1.0") == 1
+        assert c.delete().status_code == 200
+        wait_for(lambda: not processes_for(state_dir, pooled), timeout=10)
+        assert router.manager.supervisor.get(refill) is not None
+
+
+def test_second_initialize_without_a_ready_worker_spawns_cold(state_dir: Path) -> None:
+    settings = router_settings(state_dir, warm_workers=1)
+    with RouterThread(settings) as router, RawClient(router.url) as a, RawClient(router.url) as b:
+        [pooled] = ready(router)
+        router.manager.pool.size = 0  # no refill: the next initialize must spawn
+        a.initialize()
+        b.initialize()
+        assert a.session_id == pooled
+        assert b.session_id not in (None, pooled)
+        assert whoami(b)["port"] == derive_port(b.session_id or "")
+        a.delete()
+        b.delete()
+
+
+def test_dead_warm_worker_is_replaced_not_handed_out(state_dir: Path) -> None:
+    with RouterThread(router_settings(state_dir, warm_workers=1)) as router, RawClient(router.url) as c:
+        [dead] = ready(router)
+        worker = router.manager.supervisor.get(dead)
+        assert worker is not None
+        os.killpg(worker.pgid, signal.SIGKILL)
+        wait_for(lambda: not processes_for(state_dir, dead), timeout=10)
+        # The exit listener drops it (a death it has not handled yet is caught by take() itself:
+        # test_take_skips_a_dead_worker).
+        wait_for(lambda: dead not in router.manager.pool.ready_ids(), timeout=10)
+
+        c.initialize()
+        assert c.session_id != dead
+        assert whoami(c)["pid"] != worker.pid
+        # ...and the pool holds a live replacement again, never the dead one.
+        replacement = wait_for(lambda: [i for i in router.manager.pool.ready_ids() if i not in (dead, c.session_id)])
+        assert dead not in router.manager.pool.ready_ids()
+        assert router.manager.supervisor.get(replacement[0]) is not None
+        assert not (state_dir / "sessions" / dead).exists()  # its directory went with it
+        c.delete()
+
+
+def test_warm_workers_count_toward_the_cap_and_go_first(state_dir: Path) -> None:
+    """Cap 2, pool 1: a session resuming while a session and a warm worker hold both slots ends
+    the warm worker, not the live session."""
+    settings = router_settings(state_dir, warm_workers=1, max_live_workers=2, idle_timeout=600)
+    with RouterThread(settings) as router, RawClient(router.url) as a, RawClient(router.url) as b:
+        manager = router.manager
+        ready(router)
+        a.initialize()
+        a.text("remember", key="k", value="a")
+        wait_for(lambda: len(manager.pool.ready_ids()) == 1)  # refilled: a + warm = the cap
+        assert len(manager._slots) == 2
+        b.initialize()  # takes the warm worker; the pool cannot refill (cap reached)
+        time.sleep(1.5)
+        assert manager.pool.ready_ids() == []
+        assert len(manager._slots) == 2
+
+        session_a = manager.sessions.get(a.session_id)
+        router_loop_call(router, manager.hibernate(session_a))
+        [warm] = wait_for(lambda: manager.pool.ready_ids())  # a's slot went to a new warm worker
+        assert len(manager._slots) == 2
+
+        assert whoami(a)["pid"]  # a resumes on a new worker: the warm worker makes room
+        assert manager.sessions.get(a.session_id).state is State.LIVE
+        assert manager.sessions.get(b.session_id).state is State.LIVE  # b was not hibernated
+        wait_for(lambda: not processes_for(state_dir, warm), timeout=10)
+        assert warm not in manager.pool.ready_ids()
+        assert len(manager._slots) == 2
+        a.delete()
+        b.delete()
+
+
+def test_shutdown_ends_warm_workers_and_deletes_their_files(state_dir: Path) -> None:
+    with RouterThread(router_settings(state_dir, warm_workers=2)) as router:
+        pooled = ready(router, 2)
+        assert all(processes_for(state_dir, i) for i in pooled)
+    assert not processes_for(state_dir)
+    for session_id in pooled:
+        assert not (state_dir / "sessions" / session_id).exists()
+        assert not (state_dir / "workers" / f"{session_id}.json").exists()
+
+
+def test_warm_workers_are_not_reaped_as_idle_sessions(state_dir: Path) -> None:
+    with RouterThread(router_settings(state_dir, warm_workers=1, idle_timeout=0.3)) as router:
+        [pooled] = ready(router)
+        pid = router.manager.supervisor.get(pooled).pid
+        time.sleep(1.5)
+        assert router.manager.pool.ready_ids() == [pooled]
+        assert router.manager.supervisor.get(pooled).pid == pid
+
+
+async def test_take_skips_a_dead_worker() -> None:
+    """Checked at take time too, for a death the exit listener has not handled yet."""
+    slots = {"dead", "live"}
+    manager: Any = SimpleNamespace(_tg=None, _slots=slots, supervisor=None)
+    pool = WarmPool(manager, 2)
+
+    def entry(session_id: str, alive: bool) -> Pooled:
+        worker: Any = SimpleNamespace(alive=lambda: alive, stopping=False, port=1, pid=1)
+        e = Pooled(session_id, worker=worker, ready=True)
+        pool._entries[session_id] = e
+        return e
+
+    entry("dead", False)
+    live = entry("live", True)
+    assert pool.take() is live
+    assert slots == {"live"}  # the dead one's slot was freed (no task group to end it in)
+    assert pool.take() is None
