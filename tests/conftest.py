@@ -5,8 +5,11 @@ from pathlib import Path
 
 import pytest
 
+from router.settings import find_browser
+from tests.e2e.pages import serve_pages
 from tests.support import RouterThread, router_settings, wait_for
 from workers.orphans import processes_for
+from workers.spec import default_cli_path
 
 
 @pytest.fixture
@@ -23,3 +26,19 @@ def fake_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterThre
     with RouterThread(router_settings(state)) as router:
         yield router
     wait_for(lambda: not processes_for(state), timeout=15)
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """The browser the real workers use (scripts/setup makes sure there is one)."""
+    path = find_browser()
+    assert path, "no Chromium found: scripts/setup installs one, or set MCP_ROUTER_BROWSER"
+    assert default_cli_path().exists(), "workers/node_modules missing: run scripts/setup"
+    return path
+
+
+@pytest.fixture(scope="session")
+def pages() -> Iterator[str]:
+    """The test pages, served on 127.0.0.1 for the real browsers."""
+    with serve_pages() as base:
+        yield base

@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -185,3 +186,14 @@ def iter_sse(response: httpx.Response) -> Iterator[dict[str, Any]]:
                 yield json.loads("\n".join(data))
             elif event.startswith(":"):
                 yield {"comment": event}
+
+
+@contextmanager
+def playwright_router(state: Path, chromium: str, **overrides: Any) -> Iterator[RouterThread]:
+    """A router with real @playwright/mcp workers; on the way out, nothing of it may be left."""
+    from workers.orphans import processes_for
+
+    settings = router_settings(state, worker_command=None, browser=chromium, record=True, **overrides)
+    with RouterThread(settings) as router:
+        yield router
+    wait_for(lambda: not processes_for(state), timeout=20)

@@ -8,43 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from router.settings import find_browser
-from tests.e2e.pages import serve_pages
-from tests.support import RawClient, RouterThread, router_settings, wait_for
-from workers.orphans import processes_for
-from workers.spec import default_cli_path
+from tests.support import RawClient, RouterThread, playwright_router, wait_for
 
 SAVE_WAIT = 10.0
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if "tests/continuity/" in str(item.path) and "real_worker" in getattr(item, "fixturenames", ()):
+        if "tests/continuity/" in str(item.path) and "chromium" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.e2e)
 
 
-@pytest.fixture(scope="session")
-def real_worker() -> str:
-    path = find_browser()
-    assert path, "no Chromium found: scripts/setup installs one, or set MCP_ROUTER_BROWSER"
-    assert default_cli_path().exists(), "workers/node_modules missing: run scripts/setup"
-    return path
-
-
-@pytest.fixture(scope="session")
-def site() -> Iterator[str]:
-    with serve_pages() as base:
-        yield base
-
-
 @pytest.fixture(scope="module")
-def pw(tmp_path_factory: pytest.TempPathFactory, real_worker: str) -> Iterator[RouterThread]:
+def pw(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator[RouterThread]:
     """One router with real workers for a module; tests shorten its idle timeout when they reap."""
-    state = tmp_path_factory.mktemp("continuity")
-    settings = router_settings(state, worker_command=None, browser=real_worker, record=True, idle_timeout=600)
-    with RouterThread(settings) as router:
+    with playwright_router(tmp_path_factory.mktemp("continuity"), chromium, idle_timeout=600) as router:
         yield router
-    wait_for(lambda: not processes_for(state), timeout=20)
 
 
 def saved_state(state_dir: Path, session_id: str, needle: str) -> bool:

@@ -53,39 +53,39 @@ def _db_state(state: Path, session_id: str) -> str:
 
 
 def test_kill_9_of_the_router_then_restart_resumes_the_old_session_id(
-    state_dir: Path, real_worker: str, site: str
+    state_dir: Path, chromium: str, pages: str
 ) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
     with RawClient(url) as client:
-        with router_process(state_dir, port, real_worker) as proc:
+        with router_process(state_dir, port, chromium) as proc:
             client.initialize()
-            client.text("browser_navigate", url=f"{site}/set?v=rk")
-            client.text("browser_navigate", url=f"{site}/second")
+            client.text("browser_navigate", url=f"{pages}/set?v=rk")
+            client.text("browser_navigate", url=f"{pages}/second")
             wait_saved(state_dir, client, "rk", "/second")
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=10)
         assert processes_for(state_dir, client.session_id), "the workers outlive a SIGKILLed router"
 
-        with router_process(state_dir, port, real_worker):
+        with router_process(state_dir, port, chromium):
             # Orphans of the dead run are ended at start; the old id is resumed on a new worker.
             snapshot = client.text("browser_snapshot")
-            assert f"- Page URL: {site}/second" in snapshot
+            assert f"- Page URL: {pages}/second" in snapshot
             assert RESUMED_NOTICE in snapshot
-            assert "cookie=rk storage=rk" in client.text("browser_navigate", url=f"{site}/get")
+            assert "cookie=rk storage=rk" in client.text("browser_navigate", url=f"{pages}/get")
             assert client.delete().status_code == 200
             assert client.post({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}).status_code == 404
 
 
 def test_sigterm_saves_ends_workers_and_the_session_resumes_after_restart(
-    state_dir: Path, real_worker: str, site: str
+    state_dir: Path, chromium: str, pages: str
 ) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
     with RawClient(url) as client:
-        with router_process(state_dir, port, real_worker) as proc:
+        with router_process(state_dir, port, chromium) as proc:
             client.initialize()
-            client.text("browser_navigate", url=f"{site}/set?v=st")
+            client.text("browser_navigate", url=f"{pages}/set?v=st")
             held = httpx.Client(timeout=30)
             # A GET stream open at shutdown must not hold the shutdown up.
             stream = held.stream("GET", url, headers={"accept": "text/event-stream",
@@ -102,17 +102,17 @@ def test_sigterm_saves_ends_workers_and_the_session_resumes_after_restart(
         assert not processes_for(state_dir)
         assert _db_state(state_dir, client.session_id or "") == "hibernated"
 
-        with router_process(state_dir, port, real_worker):
-            assert "cookie=st storage=st" in client.text("browser_navigate", url=f"{site}/get")
+        with router_process(state_dir, port, chromium):
+            assert "cookie=st storage=st" in client.text("browser_navigate", url=f"{pages}/get")
             client.delete()
 
 
-def test_sessions_end_command_ends_a_session_for_good(state_dir: Path, real_worker: str, site: str) -> None:
+def test_sessions_end_command_ends_a_session_for_good(state_dir: Path, chromium: str, pages: str) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
     cli = [sys.executable, "-m", "router.cli", "sessions", "--state-dir", str(state_dir), "--end"]
     with RawClient(url) as live, RawClient(url) as offline:
-        with router_process(state_dir, port, real_worker):
+        with router_process(state_dir, port, chromium):
             live.initialize()
             offline.initialize()
             out = subprocess.run([*cli, live.session_id or ""], cwd=ROOT, capture_output=True, text=True, check=False)
@@ -123,7 +123,7 @@ def test_sessions_end_command_ends_a_session_for_good(state_dir: Path, real_work
         assert out.returncode == 0, out.stderr
         assert not (state_dir / "sessions" / (offline.session_id or "")).exists()
         assert _db_state(state_dir, offline.session_id or "") == "closed"
-        with router_process(state_dir, port, real_worker):
+        with router_process(state_dir, port, chromium):
             assert offline.post({"jsonrpc": "2.0", "id": 6, "method": "tools/list"}).status_code == 404
         unknown = subprocess.run([*cli, "x" * 32], cwd=ROOT, capture_output=True, text=True, check=False)
         assert unknown.returncode == 1

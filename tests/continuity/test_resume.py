@@ -37,10 +37,10 @@ def client(pw: RouterThread) -> Iterator[RawClient]:
         c.delete()
 
 
-def test_cookie_and_url_survive_reaping(pw: RouterThread, client: RawClient, site: str) -> None:
+def test_cookie_and_url_survive_reaping(pw: RouterThread, client: RawClient, pages: str) -> None:
     state = pw.settings.state_dir
-    assert "set r1" in client.text("browser_navigate", url=f"{site}/set?v=r1")
-    client.text("browser_navigate", url=f"{site}/second")
+    assert "set r1" in client.text("browser_navigate", url=f"{pages}/set?v=r1")
+    client.text("browser_navigate", url=f"{pages}/second")
     wait_saved(state, client, "r1", "/second")
     pw.manager.idle_timeout = 0.5
     try:
@@ -52,33 +52,33 @@ def test_cookie_and_url_survive_reaping(pw: RouterThread, client: RawClient, sit
     started = time.monotonic()
     snapshot = client.text("browser_snapshot")
     resume_s = time.monotonic() - started
-    assert f"- Page URL: {site}/second" in snapshot
+    assert f"- Page URL: {pages}/second" in snapshot
     assert "This is the second page" in snapshot
     assert RESUMED_NOTICE in snapshot
     assert resume_s < 10
     # The notice comes once; the session cookie (no expiry) and localStorage came back.
-    after = client.text("browser_navigate", url=f"{site}/get")
+    after = client.text("browser_navigate", url=f"{pages}/get")
     assert RESUMED_NOTICE not in after
     assert "cookie=r1 storage=r1" in after
 
 
-def test_cookie_and_url_survive_kill_9_of_the_worker(pw: RouterThread, client: RawClient, site: str) -> None:
+def test_cookie_and_url_survive_kill_9_of_the_worker(pw: RouterThread, client: RawClient, pages: str) -> None:
     state = pw.settings.state_dir
-    client.text("browser_navigate", url=f"{site}/set?v=k9")
+    client.text("browser_navigate", url=f"{pages}/set?v=k9")
     wait_saved(state, client, "k9")
     os.killpg(worker_pgid(pw, client), signal.SIGKILL)
     wait_for(lambda: session_state(pw, client) is State.CRASHED, timeout=10)
 
     snapshot = client.text("browser_snapshot")
-    assert f"- Page URL: {site}/set?v=k9" in snapshot
-    assert "cookie=k9 storage=k9" in client.text("browser_navigate", url=f"{site}/get")
+    assert f"- Page URL: {pages}/set?v=k9" in snapshot
+    assert "cookie=k9 storage=k9" in client.text("browser_navigate", url=f"{pages}/get")
     assert session_state(pw, client) is State.LIVE
 
 
 def test_in_flight_call_gets_an_error_within_a_second_when_the_worker_dies(
-    pw: RouterThread, client: RawClient, site: str
+    pw: RouterThread, client: RawClient, pages: str
 ) -> None:
-    client.text("browser_navigate", url=f"{site}/")
+    client.text("browser_navigate", url=f"{pages}/")
     answer: dict[str, Any] = {}
 
     def long_call() -> None:
@@ -104,25 +104,25 @@ def test_in_flight_call_gets_an_error_within_a_second_when_the_worker_dies(
 
 
 def test_lru_idle_session_is_hibernated_and_resumes_with_its_state(
-    tmp_path_factory: pytest.TempPathFactory, real_worker: str, site: str
+    tmp_path_factory: pytest.TempPathFactory, chromium: str, pages: str
 ) -> None:
     state = tmp_path_factory.mktemp("lru")
-    settings = router_settings(state, worker_command=None, browser=real_worker, max_live_workers=1)
+    settings = router_settings(state, worker_command=None, browser=chromium, max_live_workers=1)
     with RouterThread(settings) as router, RawClient(router.url) as a, RawClient(router.url) as b:
         a.initialize()
-        a.text("browser_navigate", url=f"{site}/set?v=lru-a")
+        a.text("browser_navigate", url=f"{pages}/set?v=lru-a")
         wait_saved(state, a, "lru-a")
         b.initialize()  # the cap is one live worker: a is hibernated to make room
         assert session_state(router, a) is State.HIBERNATED
         assert not processes_for(state, a.session_id)
-        b.text("browser_navigate", url=f"{site}/set?v=lru-b")
+        b.text("browser_navigate", url=f"{pages}/set?v=lru-b")
         wait_saved(state, b, "lru-b")
 
         snapshot = a.text("browser_snapshot")  # now b makes room for a
-        assert f"- Page URL: {site}/set?v=lru-a" in snapshot
+        assert f"- Page URL: {pages}/set?v=lru-a" in snapshot
         assert session_state(router, b) is State.HIBERNATED
-        assert "cookie=lru-a storage=lru-a" in a.text("browser_navigate", url=f"{site}/get")
-        assert "cookie=lru-b storage=lru-b" in b.text("browser_navigate", url=f"{site}/get")
+        assert "cookie=lru-a storage=lru-a" in a.text("browser_navigate", url=f"{pages}/get")
+        assert "cookie=lru-b storage=lru-b" in b.text("browser_navigate", url=f"{pages}/get")
         assert a.delete().status_code == 200
         assert b.delete().status_code == 200
         assert a.delete().status_code == 404

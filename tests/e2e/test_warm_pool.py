@@ -35,10 +35,10 @@ def timed_text(client: RawClient, tool: str, **arguments: str) -> tuple[str, flo
 
 
 def test_first_tool_call_lands_in_the_prelaunched_browser(
-    tmp_path_factory: pytest.TempPathFactory, browser: str, pages: str
+    tmp_path_factory: pytest.TempPathFactory, chromium: str, pages: str
 ) -> None:
     state = tmp_path_factory.mktemp("warm-pool")
-    settings = router_settings(state, worker_command=None, browser=browser, warm_workers=1)
+    settings = router_settings(state, worker_command=None, browser=chromium, warm_workers=1)
     with RouterThread(settings) as router, RawClient(router.url) as client:
         [pooled] = wait_for(lambda: router.manager.pool.ready_ids(), timeout=40)
         launched = browser_pids(state, pooled)

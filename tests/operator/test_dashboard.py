@@ -11,37 +11,17 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
 
-from router.settings import find_browser
-from tests.e2e.pages import serve_pages
 from tests.e2e.test_browser import find_ref
-from tests.support import RawClient, RouterThread, router_settings, wait_for
+from tests.support import RawClient, RouterThread, playwright_router, wait_for
 from workers.orphans import processes_for
-from workers.spec import default_cli_path
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def chromium() -> str:
-    path = find_browser()
-    assert path, "no Chromium found: scripts/setup installs one, or set MCP_ROUTER_BROWSER"
-    assert default_cli_path().exists(), "workers/node_modules missing: run scripts/setup"
-    return path
-
-
-@pytest.fixture(scope="module")
-def pages() -> Iterator[str]:
-    with serve_pages() as base:
-        yield base
-
-
-@pytest.fixture(scope="module")
 def pw_router(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator[RouterThread]:
-    state = tmp_path_factory.mktemp("ui-router")
-    settings = router_settings(state, worker_command=None, browser=chromium, record=True)
-    with RouterThread(settings) as router:
+    with playwright_router(tmp_path_factory.mktemp("ui-router"), chromium) as router:
         yield router
-    wait_for(lambda: not processes_for(state), timeout=20)
 
 
 @pytest.fixture(scope="module")
