@@ -4,7 +4,6 @@ and read back. Spawned by the workers supervisor, so the files live where the ro
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,13 +19,7 @@ from workers import orphans
 from workers.spec import WorkerSpec, default_cli_path
 from workers.supervisor import Supervisor, Worker
 
-BROWSER = shutil.which("chromium") or "/usr/bin/chromium"
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(not Path(BROWSER).exists(), reason="no chromium"),
-    pytest.mark.skipif(not default_cli_path().exists(), reason="npm ci not run in workers/"),
-    pytest.mark.skipif(shutil.which("node") is None, reason="no node"),
-]
+pytestmark = pytest.mark.e2e
 PAGE = b"""<!doctype html><title>Recorder e2e</title><h1>Hello</h1>
 <button onclick="document.getElementById('o').textContent='Clicked'; console.warn('clicked warn')">
 Press</button>
@@ -65,9 +58,9 @@ class _Client:
         return ref, result
 
 
-async def test_real_flow_fills_every_table(tmp_path: Path, page_url: str) -> None:
+async def test_real_flow_fills_every_table(tmp_path: Path, page_url: str, chromium: str) -> None:
     state = tmp_path / "state"
-    sup = Supervisor(spec=WorkerSpec(), state_dir=state, browser=BROWSER, cli=str(default_cli_path()))
+    sup = Supervisor(spec=WorkerSpec(), state_dir=state, browser=chromium, cli=str(default_cli_path()))
     rec = Recorder(state / "router.db")
     async with rec.run(), sup.run(), httpx.AsyncClient(timeout=60) as http:
         worker = await sup.spawn("s1")

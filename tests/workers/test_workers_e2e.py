@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import uuid
 from collections.abc import Iterator
@@ -21,13 +20,7 @@ from workers import orphans
 from workers.spec import WorkerSpec, default_cli_path
 from workers.supervisor import Supervisor, Worker
 
-BROWSER = shutil.which("chromium") or "/usr/bin/chromium"
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(not Path(BROWSER).exists(), reason="no chromium"),
-    pytest.mark.skipif(not default_cli_path().exists(), reason="npm ci not run in workers/"),
-    pytest.mark.skipif(shutil.which("node") is None, reason="no node"),
-]
+pytestmark = pytest.mark.e2e
 PAGE = b"<!doctype html><title>workers e2e</title><h1>hello from the test</h1>"
 
 
@@ -91,8 +84,8 @@ async def _navigate(worker: Worker, url: str) -> str:
         return text
 
 
-async def test_real_worker_navigates_and_leaves_nothing(state_dir: Path, page_url: str) -> None:
-    sup = Supervisor(spec=WorkerSpec(), state_dir=state_dir, browser=BROWSER, cli=str(default_cli_path()))
+async def test_real_worker_navigates_and_leaves_nothing(state_dir: Path, page_url: str, chromium: str) -> None:
+    sup = Supervisor(spec=WorkerSpec(), state_dir=state_dir, browser=chromium, cli=str(default_cli_path()))
     sid = "e2e-" + uuid.uuid4().hex
     exits: list[tuple[int, bool]] = []
     sup.add_exit_listener(lambda w, rc: exits.append((rc, w.stopping)))
