@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from router.sessions import State
+from router.sessions.table import State
 from router.settings import find_browser
 from tests.e2e.pages import serve_pages
 from tests.support import RawClient, RouterThread, router_settings, wait_for

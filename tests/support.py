@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import uvicorn
 
-from router.app import create_app
+from router.http.app import create_app
 from router.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

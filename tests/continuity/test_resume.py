@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from router.resume import RESUMED_NOTICE
-from router.sessions import State
+from router.sessions.continuity import RESUMED_NOTICE
+from router.sessions.table import State
 from tests.continuity.conftest import wait_saved
 from tests.support import RawClient, RouterThread, router_settings, wait_for
 from workers.orphans import processes_for

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from router.sessions import DORMANT
+from router.sessions.table import DORMANT
 from tests.support import ROOT, RawClient, RouterThread, router_settings, wait_for
 from workers.orphans import processes_for
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-import router.upkeep
-from router.sessions import State
+import router.sessions.upkeep
+from router.sessions.table import State
 from tests.support import RawClient, RouterThread, initialize_body, router_settings, wait_for
 from workers.orphans import processes_for
 
@@ -57,7 +57,7 @@ def test_three_failed_health_checks_restart_the_worker(state_dir: Path, monkeypa
     async def fake_probe(worker: Any) -> bool:
         return healthy["value"]
 
-    monkeypatch.setattr(router.upkeep, "probe", fake_probe)
+    monkeypatch.setattr(router.sessions.upkeep, "probe", fake_probe)
     settings = router_settings(state_dir, health_interval=0.1, restart_backoff=[0.05])
     with RouterThread(settings) as r, RawClient(r.url) as c:
         c.initialize()

@@ -16,8 +16,8 @@ import anyio
 import httpx
 import pytest
 
-from router import memory
-from router.api_client import fetch_live_sessions
+from router.cli.api_client import fetch_live_sessions
+from router.operator import memory
 from tests.operator.conftest import base_url
 from tests.support import RawClient, RouterThread, free_port
 from workers.orphans import processes_for

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from router import doctor, schema
 from router.cli import main
+from router.operator import doctor
+from router.record import schema
 from tests.support import RouterThread, free_port, router_settings
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from router.logs import JsonFormatter
+from router.operator.logs import JsonFormatter
 from tests.support import FAKE_WORKER, RawClient, free_port, wait_for
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from router.metrics import MAX_TOOL_LABELS, OTHER, Metrics
+from router.operator.metrics import MAX_TOOL_LABELS, OTHER, Metrics
 from tests.support import RawClient, RouterThread, router_settings, wait_for
 
 

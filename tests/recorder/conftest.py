@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from router.recorder import Recorder
+from router.record.recorder import Recorder
 
 DATA = Path(__file__).parent / "data"
 # Where the answers were captured: the worker ran with cwd /tmp/x and --output-dir /tmp/x/out.

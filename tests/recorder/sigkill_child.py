@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from router.recorder import Recorder
+from router.record.recorder import Recorder
 
 SNAPSHOT = "\n".join(f"  - listitem [ref=e{i}]: item number {i}" for i in range(200))
 RESULT = json.dumps({"content": [{"type": "text", "text": "### Snapshot\n```yaml\n" + SNAPSHOT + "\n```"}]})

@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 
-from router.recorder import BATCH_MAX, Recorder
+from router.record.recorder import BATCH_MAX, Recorder
 from tests.recorder.conftest import Answers
 
 

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from router.recorder import Recorder
-from router.snapshots import compact_summary, summarize
+from router.record.recorder import Recorder
+from router.record.snapshots import compact_summary, summarize
 from tests.e2e.pages import serve_pages
 from workers import orphans
 from workers.spec import WorkerSpec, default_cli_path

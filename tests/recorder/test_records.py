@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from router.recorder import Recorder
-from router.records import NoSnapshot, RecordNotFound, Records
-from router.reports import format_sessions_table, format_timeline
+from router.cli.reports import format_sessions_table, format_timeline
+from router.record.recorder import Recorder
+from router.record.records import NoSnapshot, RecordNotFound, Records
 from tests.recorder.conftest import Answers
 
 

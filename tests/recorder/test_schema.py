@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from router import schema
+from router.record import schema
 
 
 def _tables(conn: sqlite3.Connection) -> set[str]:

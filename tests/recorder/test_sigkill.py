@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from router import schema
+from router.record import schema
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("sigkill_child.py")

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from router.snapshots import (
+from router.record.snapshots import (
     compact_summary,
     extract,
     format_console,

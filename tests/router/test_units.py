@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from router.errors import BadRequest, ParseError
-from router.messages import Kind, parse
-from router.proxy import downstream_headers, upstream_headers
-from router.security import OriginPolicy, split_host
-from router.sessions import SessionTable, check_session_id
-from router.sse import EventSplitter, encode_event, event_data, event_id
+from router.http.errors import BadRequest, ParseError
+from router.http.messages import Kind, parse
+from router.http.proxy import downstream_headers, upstream_headers
+from router.http.security import OriginPolicy, split_host
+from router.http.sse import EventSplitter, encode_event, event_data, event_id
+from router.sessions.table import SessionTable, check_session_id
 
 
 def test_upstream_headers_drop_hop_by_hop_and_swap_identity() -> None:

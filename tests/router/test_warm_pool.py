@@ -10,8 +10,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from router.pool import Pooled, WarmPool
-from router.sessions import State
+from router.sessions.pool import Pooled, WarmPool
+from router.sessions.table import State
 from tests.support import RawClient, RouterThread, router_settings, wait_for
 from workers.orphans import processes_for
 from workers.ports import derive_port

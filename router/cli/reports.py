@@ -1,5 +1,5 @@
 """Plain-text tables for the CLI (``mcp-router sessions`` / ``show``). Input: the dicts of
-router.records; output: a string without a trailing newline."""
+router.record.records; output: a string without a trailing newline."""
 
 from __future__ import annotations
 

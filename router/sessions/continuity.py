@@ -22,8 +22,8 @@ from typing import Any, Final
 
 import httpx
 
-from router.control import ControlError, WorkerSession
-from router.sessions import MINTED_ID_RE, Session, State
+from router.sessions.control import ControlError, WorkerSession
+from router.sessions.table import MINTED_ID_RE, Session, State
 from workers.health import RestartBudget
 from workers.supervisor import Worker
 

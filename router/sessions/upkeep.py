@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, Final
 import anyio
 from anyio.abc import TaskGroup
 
-from router import resume
-from router.control import ControlError
-from router.errors import ServiceUnavailable
-from router.proxy import WorkerConnection
-from router.sessions import RECORD_STATE, Session, SessionTable, State
+from router.http.errors import ServiceUnavailable
+from router.http.proxy import WorkerConnection
+from router.sessions import continuity as resume
+from router.sessions.control import ControlError
+from router.sessions.table import RECORD_STATE, Session, SessionTable, State
 from workers.health import HEALTH_FAILURES, probe
 from workers.supervisor import Supervisor, Worker
 
 if TYPE_CHECKING:
-    from router.metrics import Metrics
-    from router.pool import WarmPool
-    from router.recorder import Recorder
+    from router.operator.metrics import Metrics
+    from router.record.recorder import Recorder
+    from router.sessions.pool import WarmPool
 
 log = logging.getLogger("mcp_router.sessions")
 

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
 from collections.abc import Callable, Sequence
 from types import FrameType
 
-from router.logs import configure_logging
+from router.operator.logs import configure_logging
 from router.settings import Settings
 
 
@@ -53,7 +51,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 def serve(settings: Settings) -> int:
     import uvicorn
 
-    from router.app import create_app
+    from router.http.app import create_app
 
     configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings)
@@ -96,11 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _command_modules() -> list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]]:
-    from router import cli_records, doctor
+    from router.cli import records as cli_records
+    from router.operator import doctor
 
     return [cli_records.register, doctor.register]
 
-
-if __name__ == "__main__":
-    logging.basicConfig()
-    sys.exit(main())

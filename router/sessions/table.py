@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from router.errors import BadRequest, SessionNotFound
+from router.http.errors import BadRequest, SessionNotFound
 from workers.health import RestartBudget
 
 if TYPE_CHECKING:
-    from router.proxy import WorkerConnection
+    from router.http.proxy import WorkerConnection
 
 SESSION_ID_BYTES = 24  # 192 random bits, 32 URL-safe characters
 MAX_SESSION_ID_LENGTH = 128

@@ -1,6 +1,6 @@
 """Read-only JSON API under /api/ (sessions, their calls, one call), plus two operator actions.
 
-Reads merge the live state held by the SessionManager with the record (router.records). The
+Reads merge the live state held by the SessionManager with the record (router.record.records). The
 actions (end, hibernate) change state, so they are guarded against cross-site requests on top of
 the Origin/Host middleware that wraps the whole app: they need a custom header, which a page on
 another origin can only send after a CORS preflight that this router never grants, and a
@@ -21,12 +21,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from router.call_view import call_images, fill_from_answer, tool_result
-from router.errors import RouterError
-from router.manager import SessionManager
-from router.memory import MemorySampler
-from router.records import RecordNotFound, Records
-from router.sessions import ENDED, Session, State
+from router.http.errors import RouterError
+from router.operator.memory import MemorySampler
+from router.record.call_view import call_images, fill_from_answer, tool_result
+from router.record.records import RecordNotFound, Records
+from router.sessions.manager import SessionManager
+from router.sessions.table import ENDED, Session, State
 
 log = logging.getLogger("mcp_router.api")
 

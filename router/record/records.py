@@ -21,8 +21,8 @@ from typing import Any
 
 import aiosqlite
 
-from router import schema
-from router.snapshots import format_console, level_rank, line_diff, search_diff, search_tree
+from router.record import schema
+from router.record.snapshots import format_console, level_rank, line_diff, search_diff, search_tree
 
 
 class RecordError(Exception):

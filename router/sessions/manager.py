@@ -20,21 +20,21 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 from anyio.abc import TaskGroup
 
-from router import resume
-from router.control import ControlError, WorkerSession
-from router.errors import ServiceUnavailable, SessionNotFound, WorkerUnreachable
-from router.messages import ClientMessage
-from router.pool import WarmPool
-from router.proxy import WorkerConnection
-from router.sessions import ENDED, RECORD_STATE, Session, SessionTable, State, check_session_id, mint_session_id
-from router.upkeep import Upkeep
+from router.http.errors import ServiceUnavailable, SessionNotFound, WorkerUnreachable
+from router.http.messages import ClientMessage
+from router.http.proxy import WorkerConnection
+from router.sessions import continuity as resume
+from router.sessions.control import ControlError, WorkerSession
+from router.sessions.pool import WarmPool
+from router.sessions.table import ENDED, RECORD_STATE, Session, SessionTable, State, check_session_id, mint_session_id
+from router.sessions.upkeep import Upkeep
 from workers._exceptions import SpawnError
 from workers.health import HEALTH_INTERVAL, RestartBudget
 from workers.supervisor import Supervisor, Worker
 
 if TYPE_CHECKING:
-    from router.metrics import Metrics
-    from router.recorder import Recorder
+    from router.operator.metrics import Metrics
+    from router.record.recorder import Recorder
 
 log = logging.getLogger("mcp_router.sessions")
 

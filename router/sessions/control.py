@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import httpx
 
-from router.sse import EventSplitter, event_json
+from router.http.sse import EventSplitter, event_json
 from router.types import H_SESSION_ID, JSON, SSE
 
 CONTROL_TIMEOUT: Final = 30.0  # a tool call that restores a page may load it; generous but bounded

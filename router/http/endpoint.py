@@ -15,7 +15,7 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from router.errors import (
+from router.http.errors import (
     BadRequest,
     MethodNotAllowed,
     NotAcceptable,
@@ -26,12 +26,12 @@ from router.errors import (
     WorkerUnreachable,
     error_body,
 )
-from router.exchange import Exchange
-from router.manager import SessionManager
-from router.messages import ClientMessage, Kind, parse
-from router.proxy import WorkerConnection, downstream_headers, upstream_headers
-from router.sessions import Session, State
-from router.sse import KEEPALIVE_COMMENT, EventSplitter, encode_event
+from router.http.exchange import Exchange
+from router.http.messages import ClientMessage, Kind, parse
+from router.http.proxy import WorkerConnection, downstream_headers, upstream_headers
+from router.http.sse import KEEPALIVE_COMMENT, EventSplitter, encode_event
+from router.sessions.manager import SessionManager
+from router.sessions.table import Session, State
 from router.types import (
     H_CONTENT_LENGTH,
     H_PROTOCOL_VERSION,

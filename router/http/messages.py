@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from router.errors import BadRequest, ParseError
+from router.http.errors import BadRequest, ParseError
 from router.types import JsonObject, JsonRpcId
 
 

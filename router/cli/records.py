@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from router import reports
-from router.records import RecordNotFound, Records
+from router.cli import reports
+from router.record.records import RecordNotFound, Records
 from router.settings import Settings
 
 DB_NAME = "router.db"
@@ -64,7 +64,7 @@ async def _job(path: Path, args: argparse.Namespace, job: str) -> int:
 
 def _sessions(args: argparse.Namespace) -> int:
     if args.end:
-        from router import admin
+        from router.cli import admin
 
         ok, message = admin.end_session(db_path(args).parent, args.end)
         print(message, file=sys.stdout if ok else sys.stderr)
@@ -78,8 +78,8 @@ def _sessions(args: argparse.Namespace) -> int:
 
 
 def _live_sessions(state_dir: Path) -> list[dict[str, Any]] | None:
-    from router import admin
-    from router.api_client import fetch_live_sessions_at
+    from router.cli import admin
+    from router.cli.api_client import fetch_live_sessions_at
 
     url = admin.running_router(state_dir)
     return fetch_live_sessions_at(url) if url is not None else None

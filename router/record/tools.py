@@ -10,11 +10,11 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from router import snapshots
-from router.records import RecordError
+from router.record import snapshots
+from router.record.records import RecordError
 
 if TYPE_CHECKING:
-    from router.records import Records
+    from router.record.records import Records
 
 REF_META_KEY: Final = "mcp-router/refId"
 GET_CONTENT: Final = "get_content"

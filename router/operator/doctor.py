@@ -24,7 +24,7 @@ from typing import Final
 
 import httpx
 
-from router import schema
+from router.record import schema
 from router.settings import Settings
 from workers.spec import default_cli_path
 

@@ -31,9 +31,9 @@ from typing import Any, Final, TypeVar
 
 import anyio
 
-from router import schema
-from router.records import Records
-from router.snapshots import extract, normalize_console
+from router.record import schema
+from router.record.records import Records
+from router.record.snapshots import extract, normalize_console
 
 __all__ = ["Recorder", "normalize_console"]
 

@@ -25,7 +25,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 if TYPE_CHECKING:
-    from router.manager import SessionManager
+    from router.sessions.manager import SessionManager
 
 PREFIX: Final = "mcp_router"
 # Tool names come from clients: past this many distinct names, the rest count as "other" so a

@@ -1,4 +1,4 @@
-"""Serves the dashboard's static files (router/ui/) at /ui with a strict Content-Security-Policy.
+"""Serves the dashboard's static files (router/operator/static/) at /ui with a strict Content-Security-Policy.
 
 The files are a handful of small texts shipped in the package: read once when the app is built,
 served from memory. Only the names listed here are served, so no path from a URL ever reaches the
@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-UI_DIR: Final = Path(__file__).resolve().parent / "ui"
+UI_DIR: Final = Path(__file__).resolve().parent / "static"
 FILES: Final = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",

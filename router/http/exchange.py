@@ -9,13 +9,13 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from router import tools
-from router.messages import ClientMessage
-from router.sse import encode_event, event_data, event_id
+from router.http.messages import ClientMessage
+from router.http.sse import encode_event, event_data, event_id
+from router.record import tools
 
 if TYPE_CHECKING:
-    from router.manager import SessionManager
-    from router.sessions import Session
+    from router.sessions.manager import SessionManager
+    from router.sessions.table import Session
 
 log = logging.getLogger("mcp_router.calls")
 

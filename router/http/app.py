@@ -13,16 +13,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from router import admin
-from router.api import Api
-from router.endpoint import McpEndpoint
-from router.errors import ServiceUnavailable
-from router.manager import SessionManager
-from router.metrics import Metrics, TimedEndpoint
-from router.security import OriginPolicy, SecurityMiddleware
+from router.cli import admin
+from router.http.endpoint import McpEndpoint
+from router.http.errors import ServiceUnavailable
+from router.http.security import OriginPolicy, SecurityMiddleware
+from router.operator.api import Api
+from router.operator.metrics import Metrics, TimedEndpoint
+from router.operator.ui import Ui
+from router.sessions.manager import SessionManager
 from router.settings import Settings
 from router.types import MCP_ENDPOINT
-from router.ui import Ui
 from workers.spec import WorkerSpec, default_cli_path, playwright_argv
 from workers.supervisor import Supervisor
 
@@ -66,7 +66,7 @@ def create_app(settings: Settings) -> Starlette:
     supervisor = build_supervisor(settings)
     recorder = None
     if settings.record:
-        from router.recorder import Recorder
+        from router.record.recorder import Recorder
 
         recorder = Recorder(state_dir / DB_NAME, retention_days=settings.retention_days)
     metrics = Metrics()

@@ -28,15 +28,15 @@ from typing import TYPE_CHECKING, Final
 
 import anyio
 
-from router.control import ControlError, WorkerSession
-from router.errors import RouterError
-from router.proxy import WorkerConnection
-from router.sessions import Session, mint_session_id
+from router.http.errors import RouterError
+from router.http.proxy import WorkerConnection
+from router.sessions.control import ControlError, WorkerSession
+from router.sessions.table import Session, mint_session_id
 from workers._exceptions import WorkerError
 from workers.supervisor import Worker
 
 if TYPE_CHECKING:
-    from router.manager import SessionManager
+    from router.sessions.manager import SessionManager
 
 log = logging.getLogger("mcp_router.pool")
 

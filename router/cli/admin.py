@@ -20,9 +20,9 @@ from typing import Final
 
 import httpx
 
-from router import schema
-from router.api import ACTION_HEADER
-from router.sessions import MINTED_ID_RE
+from router.operator.api import ACTION_HEADER
+from router.record import schema
+from router.sessions.table import MINTED_ID_RE
 
 ROUTER_FILE: Final = "router.json"
 DB_NAME: Final = "router.db"

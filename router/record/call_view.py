@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from router.snapshots import answer_text, extract, normalize_console, resolve_inside, summarize
+from router.record.snapshots import answer_text, extract, normalize_console, resolve_inside, summarize
 
 # Raster types only: an SVG is a document that can carry script.
 IMAGE_TYPES: Final = {"image/png": ".png", "image/jpeg": ".jpg", "image/webp": ".webp", "image/gif": ".gif"}
