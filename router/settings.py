@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     viewport: str | None = None
     worker_args: list[str] = Field(default_factory=list)
     worker_command: list[str] | None = None
+    # Worker tools hidden from tools/list and refused (router/http/tool_policy.py).
+    allow_tools: list[str] = Field(default_factory=list)
+    deny_tools: list[str] = Field(default_factory=list)
     ready_timeout: float = 15.0
     stop_grace: float = 2.0
     allowed_origins: list[str] = Field(default_factory=list)

@@ -59,6 +59,8 @@ class RouterThread:
         wait_for(lambda: self.server.started or not self.thread.is_alive())
         if not self.server.started:
             raise RuntimeError("router did not start")
+        # Sessions start lazily once the handshake cache is filled: tests see one behaviour.
+        wait_for(lambda: self.manager.handshake_probed, timeout=30)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -142,6 +144,10 @@ class RawClient:
         note = self.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
         assert note.status_code == 202, note.text
         return response
+
+    def start_worker(self) -> None:
+        """Sessions start their worker at the first request that needs one: make that happen."""
+        assert "pid=" in self.text("whoami")
 
     def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         self._next_id += 1

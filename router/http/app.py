@@ -16,10 +16,13 @@ from starlette.routing import Route
 from router.cli import admin
 from router.http.endpoint import McpEndpoint
 from router.http.errors import ServiceUnavailable
+from router.http.exchange import ExchangeHooks
 from router.http.security import OriginPolicy, SecurityMiddleware
+from router.http.tool_policy import ToolPolicy
 from router.operator.api import Api
 from router.operator.metrics import Metrics, TimedEndpoint
 from router.operator.ui import Ui
+from router.sessions.handshake import HandshakeCache, worker_fingerprint
 from router.sessions.manager import SessionManager
 from router.settings import Settings
 from router.types import MCP_ENDPOINT
@@ -49,6 +52,18 @@ def build_supervisor(settings: Settings) -> Supervisor:
     )
 
 
+def handshake_fingerprint(supervisor: Supervisor) -> str:
+    """What the cached handshake depends on: the worker's command and every file it names, and
+    the pinned package (router/sessions/handshake.py)."""
+    spec = supervisor.spec
+    files = [Path(token) for token in spec.argv_template if "{" not in token and Path(token).is_file()]
+    if any("{cli}" in token for token in spec.argv_template):
+        files.append(Path(supervisor.cli))
+    workers_dir = default_cli_path().parents[3]
+    files += [workers_dir / "package-lock.json", Path(default_cli_path()).parent / "package.json"]
+    return worker_fingerprint(spec.argv_template, spec.env, files)
+
+
 def continuity_options(settings: Settings) -> dict[str, Any]:
     """The manager's issue-4 knobs: live-worker cap, retention, health checks, restart budget."""
     return {
@@ -73,14 +88,26 @@ def create_app(settings: Settings) -> Starlette:
     manager = SessionManager(
         supervisor=supervisor,
         recorder=recorder,
+        handshakes=HandshakeCache(state_dir, handshake_fingerprint(supervisor)),
         idle_timeout=settings.idle_timeout,
         max_sessions=settings.max_sessions,
         metrics=metrics,
         **continuity_options(settings),
     )
     metrics.watch(manager, state_dir / DB_NAME if recorder is not None else None)
+    hooks = ExchangeHooks(
+        recorder=recorder,
+        metrics=metrics,
+        tool_policy=ToolPolicy.build(
+            worker_args=settings.worker_args, allow=settings.allow_tools, deny=settings.deny_tools
+        ),
+        cached_answer=manager.cached_answer,
+        renew_browser=manager.renew_browser,
+        on_tool_answer=manager.on_tool_answer,
+    )
     endpoint = McpEndpoint(
         manager,
+        hooks,
         max_body_bytes=settings.max_body_bytes,
         keepalive_interval=settings.keepalive_interval,
         response_mode=settings.responses,

@@ -1,8 +1,14 @@
-"""POST/GET/DELETE on /mcp: the protocol's rules and status codes, and the streams both ways."""
+"""POST/GET/DELETE on /mcp: the protocol's rules and status codes, and the streams both ways.
+
+The client's GET stream belongs to the session, not to a worker: it stays open with keep-alives
+while the session has no worker, and relays each new worker's stream (its pings, ``roots/list``)
+as soon as that worker is attached, across reaps, crashes, hibernation and router restarts.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Awaitable
@@ -26,12 +32,12 @@ from router.http.errors import (
     WorkerUnreachable,
     error_body,
 )
-from router.http.exchange import Exchange
+from router.http.exchange import Exchange, ExchangeHooks
 from router.http.messages import ClientMessage, Kind, parse
 from router.http.proxy import WorkerConnection, downstream_headers, upstream_headers
-from router.http.sse import KEEPALIVE_COMMENT, EventSplitter, encode_event
+from router.http.sse import KEEPALIVE_COMMENT, EventSplitter, encode_event, event_json
 from router.sessions.manager import SessionManager
-from router.sessions.table import Session, State
+from router.sessions.table import ENDED, Session, State
 from router.types import (
     H_CONTENT_LENGTH,
     H_PROTOCOL_VERSION,
@@ -47,13 +53,23 @@ log = logging.getLogger("mcp_router.endpoint")
 ALLOWED_METHODS: Final = "GET, POST, DELETE"
 RESPONSE_MODES: Final = frozenset({"full", "compact"})
 WORKER_ERROR_EXCERPT: Final = 500
+# A worker's GET stream that ended while the worker lives on is reopened after this pause.
+STREAM_REOPEN_DELAY: Final = 1.0
+ROUTER_ANSWERED_NOTIFICATIONS: Final = frozenset({"notifications/initialized"})
 
 
 class McpEndpoint:
     def __init__(
-        self, manager: SessionManager, *, max_body_bytes: int, keepalive_interval: float, response_mode: str
+        self,
+        manager: SessionManager,
+        hooks: ExchangeHooks,
+        *,
+        max_body_bytes: int,
+        keepalive_interval: float,
+        response_mode: str,
     ) -> None:
         self.manager = manager
+        self.hooks = hooks
         self.max_body_bytes = max_body_bytes
         self.keepalive_interval = keepalive_interval
         self.response_mode = response_mode
@@ -83,24 +99,38 @@ class McpEndpoint:
             raise NotAcceptable(f"Not Acceptable: Accept must list {JSON} and {SSE}")
         message = parse(await self._read_body(headers, receive))
         try:
-            session = await self._session_for(scope, headers, message)
+            session_id = headers.get(H_SESSION_ID)
+            if session_id is None:
+                await self._initialize(scope, message, send)
+                return
+            session = await self._session_for(headers, message, session_id)
             if message.kind is not Kind.REQUEST:
                 await self._forward_one_way(session, scope, message, send)
                 return
-            # Resumes a dormant session (new worker, replayed handshake, restored browser) first.
+            exchange = Exchange.begin(self.hooks, session, message)
+            if not exchange.needs_worker():
+                with session.client_request():
+                    answer = await exchange.local_answer()
+                assert answer is not None
+                await _send_json(send, answer, session, status=200)
+                return
+            # Gives the session a worker first (spawn or resume: replayed handshake, restored browser).
             async with self.manager.serving(session, message):
-                await self._forward_request(session, scope, receive, send, message)
+                await self._forward_request(session, scope, receive, send, exchange)
         except RouterError as exc:
             exc.request_id = message.id  # type: ignore[attr-defined]
             raise
 
-    async def _session_for(self, scope: Scope, headers: Headers, message: ClientMessage) -> Session:
-        session_id = headers.get(H_SESSION_ID)
-        if session_id is None:
-            if message.method != "initialize":
-                # Also what a 2026-07-28 client's server/discover probe gets, so it falls back.
-                raise BadRequest("Bad Request: Mcp-Session-Id header is required; send initialize first")
-            return await self.manager.open(message, response_mode=self._response_mode(scope))
+    async def _initialize(self, scope: Scope, message: ClientMessage, send: Send) -> None:
+        if message.method != "initialize":
+            # Also what a 2026-07-28 client's server/discover probe gets, so it falls back.
+            raise BadRequest("Bad Request: Mcp-Session-Id header is required; send initialize first")
+        session, result = await self.manager.open(message, response_mode=self._response_mode(scope))
+        exchange = Exchange.begin(self.hooks, session, message)
+        body = json.dumps({"jsonrpc": "2.0", "id": message.id, "result": result}).encode()
+        await _send_json(send, await exchange.answer_json(body), session, status=200)
+
+    async def _session_for(self, headers: Headers, message: ClientMessage, session_id: str) -> Session:
         session = await self.manager.lookup(session_id)
         if message.method == "initialize":
             raise BadRequest("Invalid Request: session already initialized")
@@ -135,13 +165,18 @@ class McpEndpoint:
                 return bytes(body)
 
     async def _forward_one_way(self, session: Session, scope: Scope, message: ClientMessage, send: Send) -> None:
-        """Notifications and the client's answers to the worker's requests: 202, no body."""
-        if session.connection is None:
-            # A dormant session: nothing there to notify or answer, and no reason to wake it.
-            await _send_start(send, 202, [(H_SESSION_ID.encode(), session.id.encode())])
-            await send({"type": "http.response.body", "body": b""})
+        """Notifications and the client's answers to the worker's requests: 202, no body.
+
+        An answer goes to the worker that asked; one for a worker that is gone is dropped."""
+        connection = session.connection
+        asker = session.asked.pop(message.id, None) if message.kind is Kind.RESPONSE else None
+        if (
+            connection is None  # a dormant session: nothing there to notify or answer, no reason to wake it
+            or (asker is not None and asker is not connection)
+            or message.method in ROUTER_ANSWERED_NOTIFICATIONS  # the replayed handshake sent its own
+        ):
+            await _send_accepted(send, session)
             return
-        connection = _connection(session)
         headers = upstream_headers(
             scope["headers"], host=connection.host_header, worker_session_id=session.worker_session_id
         )
@@ -150,21 +185,24 @@ class McpEndpoint:
             await upstream.aread()
             await upstream.aclose()
         except httpx.HTTPError as exc:
-            if session.connection is not connection:  # went dormant meanwhile: as if it had been
-                await _send_start(send, 202, [(H_SESSION_ID.encode(), session.id.encode())])
-                await send({"type": "http.response.body", "body": b""})
+            if session.connection is not connection or message.kind is Kind.RESPONSE:
+                await _send_accepted(send, session)  # went dormant meanwhile: as if it had been
                 return
             raise _unreachable(session, exc) from None
         status = upstream.status_code
+        if message.kind is Kind.RESPONSE and status >= 400:
+            log.debug("worker refused an answer session=%s status=%d", session.id, status)
+            await _send_accepted(send, session)
+            return
         await _send_start(send, status, _plain_headers(upstream, session))
         await send({"type": "http.response.body", "body": b"" if status == 202 else upstream.content})
 
     async def _forward_request(
-        self, session: Session, scope: Scope, receive: Receive, send: Send, message: ClientMessage
+        self, session: Session, scope: Scope, receive: Receive, send: Send, exchange: Exchange
     ) -> None:
+        message = exchange.message
         connection = _connection(session)
-        exchange = Exchange.begin(self.manager, session, message)
-        local = await exchange.local_answer()
+        local = await exchange.local_answer()  # router tools that need the worker (create_new_session)
         if local is not None:
             await _send_json(send, local, session, status=200)
             return
@@ -174,8 +212,6 @@ class McpEndpoint:
             exchange.failed(str(exc))
             raise _unreachable(session, exc) from None
         try:
-            if message.method == "initialize" and upstream.status_code == 200:
-                session.worker_session_id = upstream.headers.get(H_SESSION_ID)
             content_type = upstream.headers.get("content-type", "")
             if upstream.status_code >= 500 or upstream.status_code == 404:
                 # The worker broke or lost its session: a routing failure, never the client's 404.
@@ -206,14 +242,20 @@ class McpEndpoint:
             )
 
         try:
-            return await connection.send("POST", headers(), message.raw)
+            upstream = await connection.send("POST", headers(), message.raw)
         except httpx.ConnectError:
-            if message.method == "initialize":
-                raise
             # Refused: the worker died a moment ago and nothing was delivered, so the request can
             # go to a resumed worker instead (the exit may not have been noticed yet).
             connection = await self.manager.replace_dead_worker(session, connection)
             return await connection.send("POST", headers(), message.raw)
+        if upstream.status_code != 404:
+            return upstream
+        # The worker ended our MCP session (a ping that went unanswered while the client's stream
+        # was away) but lives on, browser and all: nothing was done, so a new session may redo it.
+        await upstream.aclose()
+        if not await self.manager.reopen_worker_session(session, connection):
+            raise WorkerUnreachable("Worker lost the session and refused a new one", data={"session": session.id})
+        return await connection.send("POST", headers(), message.raw)
 
     async def _stream_answer(
         self, session: Session, receive: Receive, send: Send, upstream: httpx.Response, exchange: Exchange
@@ -243,53 +285,77 @@ class McpEndpoint:
         if session_id is None:
             raise BadRequest("Bad Request: Mcp-Session-Id header is required")
         session = await self.manager.lookup(session_id)
-        if session.connection is None:
-            await self._hold(session, receive, send)
-            return
-        connection = _connection(session)
-        upstream_h = upstream_headers(
-            scope["headers"], host=connection.host_header, worker_session_id=session.worker_session_id
-        )
-        try:
-            upstream = await connection.send("GET", upstream_h)
-        except httpx.HTTPError as exc:
-            raise _unreachable(session, exc) from None
-        try:
-            if upstream.status_code != 200:
-                body = await upstream.aread()
-                await _send_start(send, upstream.status_code, _plain_headers(upstream, session))
-                await send({"type": "http.response.body", "body": body})
-                return
-            await _send_start(send, 200, _sse_headers(upstream, session))
-
-            writer = _Writer(send)
-            # If the worker goes away, ending the stream is all a client needs to learn.
-            with contextlib.suppress(httpx.HTTPError):
+        with anyio.CancelScope() as scope_:
+            # A new GET takes over from an old one the client has given up on.
+            await session.stream.claim(scope_)
+            try:
+                start = [(H_SESSION_ID.encode(), session.id.encode()), *SSE_HEADERS]
+                await _send_start(send, 200, start)
+                writer = _Writer(send)
+                await writer(KEEPALIVE_COMMENT)
                 await _stream(
                     receive,
                     writer,
-                    _forward_events(upstream, writer, None),
+                    self._follow_workers(session, scope, writer),
                     keepalive=self.keepalive_interval,
                     stop=self.manager.stopping,
                 )
+            finally:
+                session.stream.release(scope_)
+        # Cancelled (taken over) or done: the body ends either way.
+        with contextlib.suppress(OSError):
             await send({"type": "http.response.body", "body": b""})
+
+    async def _follow_workers(self, session: Session, scope: Scope, writer: _Writer) -> None:
+        """Relays each worker's GET stream into the client's while the session lives: keep-alives
+        only while it has none, and no worker is ever spawned for a GET."""
+        while session.state not in ENDED:
+            changed = session.worker_changed
+            connection, worker_session_id = session.connection, session.worker_session_id
+            if connection is not None and worker_session_id is not None:
+                await self._relay_worker_stream(session, scope, connection, worker_session_id, writer)
+                if session.connection is connection:  # the worker lives on: do not spin
+                    with anyio.move_on_after(STREAM_REOPEN_DELAY):
+                        await changed.wait()
+                continue
+            async with anyio.create_task_group() as tg:
+
+                async def on_gone() -> None:
+                    await session.gone.wait()
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(on_gone)
+                await changed.wait()
+                tg.cancel_scope.cancel()
+
+    async def _relay_worker_stream(
+        self, session: Session, scope: Scope, connection: WorkerConnection, worker_session_id: str, writer: _Writer
+    ) -> None:
+        headers = upstream_headers(scope["headers"], host=connection.host_header, worker_session_id=worker_session_id)
+        try:
+            upstream = await connection.send("GET", headers)
+        except httpx.HTTPError:
+            return
+        try:
+            if upstream.status_code != 200:
+                log.debug("worker refused the GET stream session=%s status=%d", session.id, upstream.status_code)
+                return
+            if session.connection is connection:
+                session.relay_ready.set()
+            splitter = EventSplitter()
+            async for chunk in upstream.aiter_raw():
+                events = splitter.feed(chunk)
+                if not events:
+                    continue
+                for event in events:
+                    payload = event_json(event)
+                    if isinstance(payload, dict) and "method" in payload and "id" in payload:
+                        session.note_asked(payload["id"], connection)
+                await writer(b"".join(events))
+        except httpx.HTTPError:
+            pass  # the worker went away: the client's stream stays, waiting for the next one
         finally:
             await upstream.aclose()
-
-    async def _hold(self, session: Session, receive: Receive, send: Send) -> None:
-        """GET for a session without a worker: keep-alives only, and no worker spawned for it.
-
-        The stream stays held (it does not switch to the worker's) when a later POST resumes
-        the session; the worker's server-to-client requests then wait for the next GET.
-        """
-        headers = [(b"content-type", SSE.encode()), (H_SESSION_ID.encode(), session.id.encode()), *SSE_HEADERS]
-        await _send_start(send, 200, headers)
-
-        writer = _Writer(send)
-        await writer(KEEPALIVE_COMMENT)
-        # Only keep-alives flow until the session ends for good or the router stops.
-        await _stream(receive, writer, self.manager.wait_gone(session), keepalive=self.keepalive_interval)
-        await send({"type": "http.response.body", "body": b""})
 
     # -- DELETE -------------------------------------------------------------------------------
 
@@ -337,6 +403,11 @@ def _sse_headers(upstream: httpx.Response, session: Session) -> list[tuple[bytes
 
 async def _send_start(send: Send, status: int, headers: list[tuple[bytes, bytes]]) -> None:
     await send({"type": "http.response.start", "status": status, "headers": headers})
+
+
+async def _send_accepted(send: Send, session: Session) -> None:
+    await _send_start(send, 202, [(H_SESSION_ID.encode(), session.id.encode())])
+    await send({"type": "http.response.body", "body": b""})
 
 
 async def _send_json(send: Send, body: bytes, session: Session, *, status: int) -> None:

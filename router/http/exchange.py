@@ -6,23 +6,42 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from router.http.messages import ClientMessage
 from router.http.sse import encode_event, event_data, event_id
+from router.http.tool_policy import ToolPolicy
 from router.record import tools
 
 if TYPE_CHECKING:
-    from router.sessions.manager import SessionManager
+    from router.operator.metrics import Metrics
+    from router.record.recorder import Recorder
     from router.sessions.table import Session
 
 log = logging.getLogger("mcp_router.calls")
 
+INVALID_PARAMS: Final = -32602
+
+
+@dataclass(frozen=True)
+class ExchangeHooks:
+    """What an exchange may use, handed over explicitly once by the app."""
+
+    recorder: Recorder | None
+    metrics: Metrics | None
+    tool_policy: ToolPolicy
+    # Answers the router gives itself while a session has no worker (ping, cached tools/list).
+    cached_answer: Callable[[Session, ClientMessage], dict[str, Any] | None]
+    renew_browser: Callable[[Session], Awaitable[str]]
+    # Notes a tool answer's page URL and adds a pending resume notice; True when it changed it.
+    on_tool_answer: Callable[[Session, dict[str, Any]], bool]
+
 
 @dataclass(eq=False, slots=True)
 class Exchange:
-    manager: SessionManager
+    hooks: ExchangeHooks
     session: Session
     message: ClientMessage
     ref_id: str = field(default_factory=lambda: str(uuid.uuid4()))
@@ -30,9 +49,9 @@ class Exchange:
     done: bool = False
 
     @classmethod
-    def begin(cls, manager: SessionManager, session: Session, message: ClientMessage) -> Exchange:
-        exchange = cls(manager, session, message)
-        recorder = manager.recorder
+    def begin(cls, hooks: ExchangeHooks, session: Session, message: ClientMessage) -> Exchange:
+        exchange = cls(hooks, session, message)
+        recorder = hooks.recorder
         if recorder is not None:
             recorder.request(
                 exchange.ref_id, session.id, message.method or "", message.tool_name, message.body.get("params")
@@ -43,21 +62,42 @@ class Exchange:
     def is_tool_call(self) -> bool:
         return self.message.method == "tools/call"
 
-    async def local_answer(self) -> bytes | None:
-        """The router's own answer when the request is for a router tool; None to forward it."""
-        name = self.message.tool_name
-        if name not in tools.NAMES:
-            return None
-        arguments = self.message.params.get("arguments")
-        recorder = self.manager.recorder
-        result = await tools.call(
-            name or "",
-            arguments if isinstance(arguments, dict) else {},
-            records=recorder.records if recorder is not None else None,
-            session_id=self.session.id,
-            renew=lambda: self.manager.renew_browser(self.session),
+    def needs_worker(self) -> bool:
+        """False when the router answers this request itself (no worker is started for it)."""
+        return not (
+            self.message.tool_name in tools.NAMES
+            or (self.is_tool_call and not self.hooks.tool_policy.allows(self.message.tool_name))
+            or self.hooks.cached_answer(self.session, self.message) is not None
         )
-        response = {"jsonrpc": "2.0", "id": self.message.id, "result": result}
+
+    async def local_answer(self) -> bytes | None:
+        """The router's own answer (a router tool, a refused tool, a cached handshake answer);
+        None to forward the request to the worker."""
+        message = self.message
+        name = message.tool_name
+        response: dict[str, Any]
+        if self.is_tool_call and not self.hooks.tool_policy.allows(name):
+            error = {"code": INVALID_PARAMS, "message": f"Tool {name!r} is not available through this router"}
+            response = {"jsonrpc": "2.0", "id": message.id, "error": error}
+        elif name in tools.NAMES:
+            arguments = message.params.get("arguments")
+            recorder = self.hooks.recorder
+            result = await tools.call(
+                name or "",
+                arguments if isinstance(arguments, dict) else {},
+                records=recorder.records if recorder is not None else None,
+                session_id=self.session.id,
+                renew=lambda: self.hooks.renew_browser(self.session),
+            )
+            response = {"jsonrpc": "2.0", "id": message.id, "result": result}
+        else:
+            cached = self.hooks.cached_answer(self.session, message)
+            if cached is None:
+                return None
+            response = {"jsonrpc": "2.0", "id": message.id, "result": cached}
+            await self._complete(response)
+            body = json.dumps(response).encode()
+            return self._rewrite(response, body) or body
         await self._complete(response)
         return json.dumps(response).encode()
 
@@ -79,7 +119,7 @@ class Exchange:
         if self.done:
             return
         self.done = True
-        recorder = self.manager.recorder
+        recorder = self.hooks.recorder
         if recorder is not None:
             recorder.response(self.ref_id, status="error", result=None, error=error, duration_ms=self._elapsed_ms())
         self._log("error")
@@ -104,12 +144,13 @@ class Exchange:
             return None
         method = self.message.method
         if method == "tools/list":
-            response["result"] = tools.with_router_tools(response["result"])
+            result = self.hooks.tool_policy.filter_list(response["result"])
+            response["result"] = tools.with_router_tools(result)
             return json.dumps(response).encode()
         if method != "tools/call":
             return None
-        # Continuity (issue 4): notes the page URL; the first answer after a resume gets a notice.
-        if self.manager.on_tool_answer(self.session, response):
+        # Notes the page URL; the first answer after a resume gets a notice.
+        if self.hooks.on_tool_answer(self.session, response):
             payload = json.dumps(response, separators=(",", ":")).encode()  # the form splice_ref_meta reads
         if self.session.response_mode == "compact":
             compacted = tools.compact(response["result"], ref_id=self.ref_id, tool=self.message.tool_name)
@@ -123,7 +164,7 @@ class Exchange:
         result = response.get("result")
         error = response.get("error")
         is_error = error is not None or (isinstance(result, dict) and result.get("isError") is True)
-        recorder = self.manager.recorder
+        recorder = self.hooks.recorder
         if recorder is not None:
             connection = self.session.connection
             recorder.response(
@@ -140,8 +181,8 @@ class Exchange:
         self._log("error" if is_error else "success")
 
     def _log(self, status: str) -> None:
-        if self.manager.metrics is not None:  # both ends of an exchange (answer, failure) pass here
-            self.manager.metrics.call_done(
+        if self.hooks.metrics is not None:  # both ends of an exchange (answer, failure) pass here
+            self.hooks.metrics.call_done(
                 self.message.method or "", self.message.tool_name, status, self._elapsed_ms() / 1000
             )
         if self.is_tool_call:

@@ -1,221 +1,320 @@
-"""What a session leaves on disk so that a new worker can take it up, and how it is taken up.
+"""A session outlives its workers: taking a new worker up, saving its browser, letting it go.
 
-``sessions/<id>/session.json`` (written at open, touched when the session goes dormant): the
-client's initialize params and response mode, so a new worker can be handed the same handshake
-after a reap, a crash or a restart of the router — without the record, which may be off.
-``sessions/<id>/state.json``: Playwright storage state (every cookie, session cookies included,
-and localStorage per origin) plus the open tabs' URLs. The ``--user-data-dir`` profile beside
-them brings back persistent cookies by itself, but not session cookies (most logins).
+``attach`` gives a session a worker (a warm one or a new spawn): it replays the client's recorded
+``initialize`` so the client's own traffic has a session on the worker, and opens the router's
+*control* session beside it (no capabilities: the worker never asks it for ``roots/list``). When
+the session had browsed, the control session restores the saved cookies, storage and tabs, and
+re-takes the current tab's snapshot so that the element refs the model holds resolve again
+(Playwright numbers refs in document order: the same page gets the same refs).
+
+``go_dormant`` (reap, hibernation, shutdown) saves the browser state through the control session
+and ends the worker; ``crashed`` notes a worker that died. The session id stays valid throughout.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import os
 import re
-import shutil
 import time
-from pathlib import Path
-from typing import Any, Final
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final
 
-import httpx
+import anyio
 
-from router.sessions.control import ControlError, WorkerSession
-from router.sessions.table import MINTED_ID_RE, Session, State
-from workers.health import RestartBudget
-from workers.supervisor import Worker
+from router.http.errors import WorkerUnreachable
+from router.http.proxy import WorkerConnection
+from router.sessions import statefiles
+from router.sessions.admission import Admission
+from router.sessions.control import ControlError, ControlSession
+from router.sessions.handshake import HandshakeCache
+from router.sessions.table import ENDED, RECORD_STATE, Session, State
+from workers.supervisor import Supervisor, Worker
 
-log = logging.getLogger("mcp_router.resume")
+if TYPE_CHECKING:
+    from router.operator.metrics import Metrics
+    from router.record.recorder import Recorder
 
-SESSION_FILE: Final = "session.json"
-STATE_FILE: Final = "state.json"
+log = logging.getLogger("mcp_router.continuity")
+
+SAVE_TIMEOUT: Final = 5.0  # a wedged worker must not hold a reap or a shutdown for long
 # Playwright writes and reads storage state only under the worker's output dir (or its cwd).
 SAVE_NAME: Final = ".router-storage-save.json"
 RESTORE_NAME: Final = ".router-storage-restore.json"
 STORAGE_TOOLS: Final = frozenset({"browser_storage_state", "browser_set_storage_state"})
 MAX_RESTORED_TABS: Final = 10  # a runaway page opening tabs must not make every resume slow
-RESUMED_NOTICE: Final = (
-    "[mcp-router] The browser was restored after a restart; element refs are stale — take a fresh browser_snapshot."
-)
-_PAGE_URL = re.compile(r"^- Page URL: (\S+)", re.MULTILINE)
+# Why a session took a new worker up, as the notice, the record and the dashboard name it.
+RESUME_REASONS: Final = {
+    State.REAPED: "idle",
+    State.CRASHED: "crash",
+    State.DEGRADED: "crash",
+    State.HIBERNATED: "hibernation",
+    State.INTERRUPTED: "router-restart",
+}
+REASON_TEXT: Final = {
+    "idle": "a pause longer than the idle timeout",
+    "crash": "its browser worker crashed",
+    "hibernation": "it was hibernated to make room",
+    "router-restart": "a restart of the router",
+    "new-browser": "create_new_session",
+}
 # "- 1: (current) [Title](url)"; the title may hold brackets, so the URL is the last (...) group.
-_TAB = re.compile(r"^- (\d+): (?:\(current\) )?\[.*\]\(([^()\s]*)\)\s*$", re.MULTILINE)
+_TAB_RE: Final = re.compile(r"^- (\d+): (?:\(current\) )?\[.*\]\(([^()\s]*)\)\s*$", re.MULTILINE)
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    """Atomic: a SIGKILL mid-write leaves the previous file, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+NOTICE_PREFIX: Final = "[mcp-router] This conversation's browser was restored"
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def write_session_file(session_dir: Path, data: dict[str, Any]) -> None:
-    _write_json(session_dir / SESSION_FILE, {**data, "last_active": data.get("last_active") or time.time()})
-
-
-def forget_session_file(session_dir: Path) -> None:
-    with contextlib.suppress(OSError):
-        (session_dir / SESSION_FILE).unlink()
-
-
-def read_session_file(session_dir: Path) -> dict[str, Any] | None:
-    return _read_json(session_dir / SESSION_FILE)
-
-
-def last_active(session_dir: Path) -> float:
-    """Wall time of the session's last sign of life on disk (a SIGKILLed router wrote no more)."""
-    stamps = [0.0]
-    data = read_session_file(session_dir)
-    if data is not None and isinstance(data.get("last_active"), int | float):
-        stamps.append(float(data["last_active"]))
-    for name in (SESSION_FILE, STATE_FILE):
-        with contextlib.suppress(OSError):
-            stamps.append((session_dir / name).stat().st_mtime)
-    return max(stamps)
-
-
-def has_state(session_dir: Path) -> bool:
-    return (session_dir / STATE_FILE).exists()
-
-
-def page_url(text: str) -> str | None:
-    """The last page URL a worker's answer text names, if any."""
-    found = _PAGE_URL.findall(text)
-    return found[-1] if found else None
-
-
-def parse_tabs(text: str) -> list[str]:
-    tabs = sorted((int(i), url) for i, url in _TAB.findall(text))
-    return [url for _, url in tabs]
-
-
-def clear_output(worker_output: Path) -> None:
-    """A dormant session's snapshot and console files: already in the record, never read again."""
-    shutil.rmtree(worker_output, ignore_errors=True)
-
-
-async def storage_supported(http: httpx.AsyncClient, worker: Worker) -> bool:
-    """Whether this kind of worker has the storage tools (the stand-in worker and other MCP
-    servers routed through a custom template do not)."""
-    control = WorkerSession(http, worker.url, worker.host_header)
-    try:
-        await control.open()
-        return await control.tool_names() >= STORAGE_TOOLS
-    except ControlError:
-        return False
-    finally:
-        await control.close()
-
-
-async def save_state(http: httpx.AsyncClient, worker: Worker, session_dir: Path, current_url: str | None) -> None:
-    """Storage state and tab URLs to ``state.json`` through a short-lived control session.
-
-    Only call this once the client's own session has launched the browser: a browser launched by
-    the control session closes again when it ends. Raises ControlError.
-    """
-    control = WorkerSession(http, worker.url, worker.host_header)
-    target = worker.output_dir / SAVE_NAME
-    try:
-        await control.open()
-        await control.call("browser_storage_state", {"filename": str(target)})
-        tabs = parse_tabs(await control.call("browser_tabs", {"action": "list"}))
-    finally:
-        await control.close()
-    storage = _read_json(target)
-    target.unlink(missing_ok=True)
-    if storage is None:
-        raise ControlError("storage state file missing or unreadable")
-    _write_json(
-        session_dir / STATE_FILE,
-        {"storage": storage, "tabs": tabs, "current": current_url, "saved": time.time()},
+def resumed_notice(reason: str) -> str:
+    return (
+        f"{NOTICE_PREFIX} after {REASON_TEXT.get(reason, reason)}: "
+        "cookies, storage and tabs are back and the page was reloaded, so element refs from before "
+        "refer to the reloaded page (they resolve where it is unchanged)."
     )
 
 
-async def restore_state(client_session: WorkerSession, worker: Worker, session_dir: Path) -> bool:
-    """Cookies, storage and tabs back, through the client's own (replayed) worker session.
+class Continuity:
+    def __init__(
+        self,
+        *,
+        supervisor: Supervisor,
+        admission: Admission,
+        handshakes: HandshakeCache,
+        recorder: Recorder | None,
+        metrics: Metrics | None,
+        start_soon: Callable[[Callable[[], Awaitable[Any]]], None],
+    ) -> None:
+        self.supervisor = supervisor
+        self.admission = admission
+        self.handshakes = handshakes
+        self.recorder = recorder
+        self.metrics = metrics
+        self.start_soon = start_soon
+        self._storage: bool | None = None  # does this kind of worker have the storage tools?
 
-    The client's session, not a control session, does it: a browser launched by a session that
-    then ends is closed with it, and the current tab is a per-session notion. False when nothing
-    was saved. Raises ControlError only when the storage itself cannot be restored.
-    """
-    state = _read_json(session_dir / STATE_FILE)
-    if state is None:
-        return False
-    storage = state.get("storage")
-    if isinstance(storage, dict):
-        restore = worker.output_dir / RESTORE_NAME
-        _write_json(restore, storage)
+    # -- taking a worker up ----------------------------------------------------------------------
+
+    async def attach(
+        self,
+        session: Session,
+        *,
+        worker: Worker | None = None,
+        control: ControlSession | None = None,
+        connection: WorkerConnection | None = None,
+        reason: str | None = None,
+    ) -> dict[str, Any]:
+        """A worker for ``session`` (``worker`` when one was taken from the pool, else a spawn):
+        the client's handshake replayed, the control session opened, the browser restored.
+        Called with ``session.lock`` held; raises ServiceUnavailable or WorkerUnreachable.
+        Returns the worker's answer to the replayed ``initialize``."""
+        started = time.monotonic()
+        if worker is None:
+            worker = await self.admission.spawn(session.id)
+        spawned = time.monotonic()
+        connection = connection or WorkerConnection(worker)
+        restored = False
         try:
-            await client_session.call("browser_set_storage_state", {"filename": str(restore)})
-        finally:
-            restore.unlink(missing_ok=True)
-    tabs = [t for t in state.get("tabs", []) if isinstance(t, str)][:MAX_RESTORED_TABS]
-    current = state.get("current")
-    if not tabs and isinstance(current, str):
-        tabs = [current]
-    await _open_tabs(client_session, tabs, current if isinstance(current, str) else None)
-    return True
+            replay = ControlSession(connection.client, worker.url, worker.host_header)
+            worker_session_id = await replay.open(session.initialize_params or None)
+            if control is None:
+                control = ControlSession(connection.client, worker.url, worker.host_header)
+                await control.open()
+            self._learn_handshake(session, replay, control)
+            handshake = time.monotonic()
+            if session.browser_used:
+                try:
+                    restored = await self._restore(session, control, worker)
+                except ControlError as exc:  # a page without its cookies beats no page at all
+                    log.warning("state restore failed session=%s: %s", session.id, exc)
+        except ControlError as exc:
+            await connection.aclose()
+            self.admission.release(session.id)
+            await self.supervisor.stop(session.id)
+            session.crashed_at = time.monotonic()
+            raise WorkerUnreachable(
+                f"Could not start the session's browser worker: {exc}",
+                data={"session": session.id, "stderr": worker.stderr_tail()},
+            ) from None
+        if session.state in ENDED:  # ended (DELETE, --end) while the worker was coming up
+            await connection.aclose()
+            return replay.initialize_result
+        self._bind(session, connection, worker_session_id, control)
+        if reason is not None:
+            session.resumed_notice = resumed_notice(reason) if restored else None
+            if self.metrics is not None:
+                self.metrics.resumed()
+            record_resume = getattr(self.recorder, "session_resumed", None)
+            if record_resume is not None:
+                record_resume(session.id, reason)
+        done = time.monotonic()
+        log.info(
+            "worker attached session=%s reason=%s port=%d pid=%d restored=%s ms=%.0f spawn_ms=%.0f "
+            "handshake_ms=%.0f restore_ms=%.0f",
+            session.id, reason or "first-use", worker.port, worker.pid, restored, (done - started) * 1000,
+            (spawned - started) * 1000, (handshake - spawned) * 1000, (done - handshake) * 1000,
+        )  # fmt: skip
+        return replay.initialize_result
+
+    async def reopen(self, session: Session, connection: WorkerConnection) -> bool:
+        """A new worker session for the client's handshake on the same, living worker."""
+        worker = connection.worker
+        replay = ControlSession(connection.client, worker.url, worker.host_header)
+        try:
+            session.worker_session_id = await replay.open(session.initialize_params or None)
+        except ControlError as exc:
+            log.warning("worker session lost and not reopened session=%s: %s", session.id, exc)
+            return False
+        session.asked.clear()
+        session.worker_switched()  # the client's GET stream follows the new worker session
+        log.info("worker session reopened session=%s", session.id)
+        return True
+
+    def _learn_handshake(self, session: Session, replay: ControlSession, control: ControlSession) -> None:
+        version = (session.initialize_params or {}).get("protocolVersion")
+        if isinstance(version, str) and self.handshakes.get(version) is None:
+            self.start_soon(lambda: self._fill_cache(version, replay.initialize_result, control))
+
+    async def _fill_cache(self, version: str, initialize: dict[str, Any], control: ControlSession) -> None:
+        with contextlib.suppress(ControlError), anyio.move_on_after(SAVE_TIMEOUT):
+            self.handshakes.store(version, initialize, await control.list_tools())
+
+    def _bind(
+        self, session: Session, connection: WorkerConnection, worker_session_id: str, control: ControlSession
+    ) -> None:
+        session.connection = connection
+        session.worker_session_id = worker_session_id
+        session.control = control
+        session.state = State.LIVE
+        session.health_failures = 0
+        session.worker_switched()
+        worker = connection.worker
+        if self.recorder is not None:
+            self.recorder.session_opened(
+                session.id,
+                client_info=session.client_info,
+                protocol_version=session.protocol_version,
+                port=worker.port,
+                pid=worker.pid,
+                metadata={"initialize": session.initialize_params, "response_mode": session.response_mode},
+            )
+
+    async def _restore(self, session: Session, control: ControlSession, worker: Worker) -> bool:
+        """Cookies, storage and tabs back through the control session, then the current tab's
+        snapshot re-taken so refs resolve. False when nothing was saved."""
+        state = statefiles.read_state(self.supervisor.session_dir(session.id))
+        if state is None:
+            return False
+        storage = state.get("storage")
+        if isinstance(storage, dict):
+            restore = worker.output_dir / RESTORE_NAME
+            statefiles.write_json(restore, storage)
+            try:
+                await control.call("browser_set_storage_state", {"filename": str(restore)})
+            finally:
+                restore.unlink(missing_ok=True)
+        tabs = [t for t in state.get("tabs", []) if isinstance(t, str)][:MAX_RESTORED_TABS]
+        current = state.get("current")
+        if not tabs and isinstance(current, str):
+            tabs = [current]
+        await _open_tabs(control, tabs, current if isinstance(current, str) else None)
+        with contextlib.suppress(ControlError):
+            await control.call("browser_snapshot")
+        return True
+
+    # -- letting a worker go ---------------------------------------------------------------------
+
+    def detach(self, session: Session, state: State) -> WorkerConnection | None:
+        """Synchronous, so nobody can pick the same session between the check and the change."""
+        connection, session.connection = session.connection, None
+        session.worker_session_id = None
+        session.control = None
+        session.asked.clear()
+        session.state = state
+        self.admission.release(session.id)
+        self.record_state(session)
+        session.worker_switched()
+        return connection
+
+    def record_state(self, session: Session) -> None:
+        if self.recorder is not None:
+            self.recorder.session_state(session.id, RECORD_STATE[session.state])
+
+    def crashed(self, session: Session) -> None:
+        connection = self.detach(session, State.CRASHED)
+        session.crashed_at = time.monotonic()
+        if self.metrics is not None:
+            self.metrics.crashed()
+        if connection is not None:
+            self.start_soon(connection.aclose)
+
+    async def go_dormant(self, session: Session, state: State, *, force: bool = False) -> bool:
+        """Reap or hibernate: save the browser state, end the worker, keep the id and profile."""
+        if session.connection is None or (session.in_flight and not force):
+            return False
+        control = session.control
+        connection = self.detach(session, state)
+        assert connection is not None
+        async with session.lock:
+            await self.save(session, connection, control)
+            await connection.aclose()
+            if self.recorder is not None:
+                await self.recorder.flush()  # the recorder reads the output dir's files first
+            await self.supervisor.stop(session.id)
+            statefiles.clear_output(connection.worker.output_dir)
+            statefiles.write_session_file(self.supervisor.session_dir(session.id), statefiles.session_record(session))
+        if self.metrics is not None:
+            self.metrics.ended(state.value)
+        log.info("session dormant session=%s reason=%s", session.id, state.value)
+        return True
+
+    async def save(self, session: Session, connection: WorkerConnection, control: ControlSession | None) -> None:
+        """Storage state and tab URLs to ``state.json`` through the control session."""
+        if not session.browser_used or control is None or not connection.worker.alive():
+            return
+        with anyio.move_on_after(SAVE_TIMEOUT):
+            if self._storage is None:
+                try:
+                    self._storage = await control.tool_names() >= STORAGE_TOOLS
+                except ControlError:
+                    return
+            if not self._storage:
+                return
+            started = time.monotonic()
+            target = connection.worker.output_dir / SAVE_NAME
+            try:
+                await control.call("browser_storage_state", {"filename": str(target)})
+                tabs = parse_tabs(await control.call("browser_tabs", {"action": "list"}))
+                storage = statefiles.read_json(target)
+                if storage is None:
+                    raise ControlError("storage state file missing or unreadable")
+                statefiles.write_state(
+                    self.supervisor.session_dir(session.id),
+                    {"storage": storage, "tabs": tabs, "current": session.current_url, "saved": time.time()},
+                )
+            except (ControlError, OSError) as exc:
+                log.info("state save failed session=%s: %s", session.id, exc)
+                return
+            finally:
+                target.unlink(missing_ok=True)
+            log.debug("state saved session=%s ms=%.0f", session.id, (time.monotonic() - started) * 1000)
 
 
-async def _open_tabs(client_session: WorkerSession, tabs: list[str], current: str | None) -> None:
+def parse_tabs(text: str) -> list[str]:
+    tabs = sorted((int(i), url) for i, url in _TAB_RE.findall(text))
+    return [url for _, url in tabs]
+
+
+async def _open_tabs(control: ControlSession, tabs: list[str], current: str | None) -> None:
     for index, url in enumerate(tabs):
         try:
             if index == 0:
                 if url != "about:blank":
-                    await client_session.call("browser_navigate", {"url": url})
+                    await control.call("browser_navigate", {"url": url})
             else:
-                await client_session.call("browser_tabs", {"action": "new", "url": url})
+                await control.call("browser_tabs", {"action": "new", "url": url})
         except ControlError as exc:  # a page that is gone must not fail the resume
             log.info("restoring tab %d (%s) failed: %s", index, url, exc)
     if len(tabs) > 1:
         selected = tabs.index(current) if current in tabs else 0
         with contextlib.suppress(ControlError):
-            await client_session.call("browser_tabs", {"action": "select", "index": selected})
-
-
-def session_record(session: Session) -> dict[str, Any]:
-    """What session.json keeps: enough for a new worker (and a new router run) to resume it."""
-    return {
-        "id": session.id,
-        "initialize": session.initialize_params,
-        "response_mode": session.response_mode,
-        "client_info": session.client_info,
-        "protocol_version": session.protocol_version,
-        "created": session.created,
-        "last_active": max(session.last_activity, time.time() - session.idle_for(time.monotonic())),
-    }
-
-
-def session_from_disk(session_dir: Path, session_id: str, retention: float, budget: RestartBudget) -> Session | None:
-    """A dormant session of a previous run, if its files are there and within retention."""
-    if not MINTED_ID_RE.fullmatch(session_id):  # never turn a client's string into a path otherwise
-        return None
-    data = read_session_file(session_dir)
-    active = last_active(session_dir)
-    if data is None or time.time() - active > retention:
-        return None
-    params, info = data.get("initialize"), data.get("client_info")
-    version = data.get("protocol_version")
-    return Session(
-        session_id,
-        response_mode=str(data.get("response_mode") or "full"),
-        state=State.INTERRUPTED,
-        created=float(data.get("created") or active),
-        last_activity=active,
-        protocol_version=version if isinstance(version, str) else None,
-        client_info=info if isinstance(info, dict) else {},
-        initialize_params=params if isinstance(params, dict) else {},
-        browser_used=has_state(session_dir),
-        budget=budget,
-    )
+            await control.call("browser_tabs", {"action": "select", "index": selected})

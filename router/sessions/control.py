@@ -1,8 +1,10 @@
-"""A router-owned MCP session on one worker: replay a client's handshake, call a tool, end.
+"""An MCP session on one worker driven by the router itself.
 
-Workers run with ``--user-data-dir --shared-browser-context``, so every MCP session of a worker
-shares one browser context: a short-lived control session sees (and changes) the client's pages
-and cookies. The router uses it to save and restore browser state; it never holds the page.
+Two uses. The router's own *control* session (declares no capabilities, so the worker never asks
+it anything) launches the browser, saves and restores its state and re-takes snapshots: workers
+run with ``--user-data-dir --shared-browser-context``, so it shares the client's browser context.
+And the *replay* of a client's recorded ``initialize`` on a new worker, whose session id then
+carries the client's own traffic.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def _answer(response: httpx.Response, request_id: int) -> dict[str, Any]:
     raise ControlError(f"no answer to request {request_id} ({response.status_code})")
 
 
-class WorkerSession:
+class ControlSession:
     """One MCP session on a worker, driven by the router. ``open`` it, ``call`` tools, ``close``."""
 
     def __init__(self, client: httpx.AsyncClient, url: str, host_header: str) -> None:
@@ -55,6 +57,7 @@ class WorkerSession:
         self.host_header = host_header
         self.session_id: str | None = None
         self.protocol_version = DEFAULT_PROTOCOL_VERSION
+        self.initialize_result: dict[str, Any] = {}
         self._ids = itertools.count(1)  # JSON-RPC ids are per session
 
     def _headers(self) -> dict[str, str]:
@@ -83,6 +86,7 @@ class WorkerSession:
         try:
             response = await self._post({"jsonrpc": "2.0", "id": request_id, "method": "initialize", "params": params})
             result = _answer(response, request_id)
+            self.initialize_result = result
             session_id: str | None = response.headers.get(H_SESSION_ID)
             if not session_id:
                 raise ControlError("worker issued no session id")
@@ -113,12 +117,16 @@ class WorkerSession:
             raise ControlError(f"{tool}: {text[:300]}")
         return text
 
-    async def tool_names(self) -> set[str]:
+    async def list_tools(self) -> dict[str, Any]:
+        """The worker's whole ``tools/list`` result."""
         request_id = next(self._ids)
         try:
-            result = _answer(await self._post({"jsonrpc": "2.0", "id": request_id, "method": "tools/list"}), request_id)
+            return _answer(await self._post({"jsonrpc": "2.0", "id": request_id, "method": "tools/list"}), request_id)
         except httpx.HTTPError as exc:
             raise ControlError(f"tools/list failed: {exc}") from exc
+
+    async def tool_names(self) -> set[str]:
+        result = await self.list_tools()
         return {t.get("name", "") for t in result.get("tools", []) if isinstance(t, dict)}
 
     async def close(self) -> None:

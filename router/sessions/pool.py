@@ -2,8 +2,8 @@
 ``initialize``, not a spawn, and its first tool call not a browser launch (``--warm-workers``).
 
 Each pooled worker gets a session id minted in advance (its port is still the hash of its id),
-is spawned through the manager's own path (it holds a slot under ``max_live_workers``), and gets
-a router-owned *control* MCP session that launches its browser (``browser_tabs list``: the
+is spawned through the admission (it holds a slot under ``max_live_workers``, only ever a free
+one), and gets a router-owned *control* MCP session that launches its browser (``browser_tabs list``: the
 persistent context's first tab, ``about:blank``). Workers run with ``--user-data-dir
 --shared-browser-context``, so the client's MCP session later joins that same browser.
 
@@ -23,20 +23,19 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import Any, Final
 
 import anyio
 
 from router.http.errors import RouterError
 from router.http.proxy import WorkerConnection
-from router.sessions.control import ControlError, WorkerSession
-from router.sessions.table import Session, mint_session_id
+from router.sessions.admission import Admission
+from router.sessions.control import ControlError, ControlSession
+from router.sessions.table import mint_session_id
 from workers._exceptions import WorkerError
-from workers.supervisor import Worker
-
-if TYPE_CHECKING:
-    from router.sessions.manager import SessionManager
+from workers.supervisor import Supervisor, Worker
 
 log = logging.getLogger("mcp_router.pool")
 
@@ -61,7 +60,7 @@ class Pooled:
     id: str
     worker: Worker | None = None
     connection: WorkerConnection | None = None
-    control: WorkerSession | None = None
+    control: ControlSession | None = None
     ready: bool = False
     warmed_at: float = 0.0  # monotonic; last tool call that kept the browser up
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
@@ -69,8 +68,17 @@ class Pooled:
 
 
 class WarmPool:
-    def __init__(self, manager: SessionManager, size: int) -> None:
-        self.manager = manager
+    def __init__(
+        self,
+        *,
+        admission: Admission,
+        supervisor: Supervisor,
+        size: int,
+        start_soon: Callable[[Callable[[], Awaitable[Any]]], None],
+    ) -> None:
+        self.admission = admission
+        self.supervisor = supervisor
+        self.start_soon = start_soon
         self.size = max(0, size)
         self._entries: dict[str, Pooled] = {}  # filling and ready, in the order they were started
         self._changed = anyio.Event()
@@ -114,7 +122,7 @@ class WarmPool:
 
     # -- making room -----------------------------------------------------------------------------
 
-    async def evict_one(self) -> bool:
+    async def evict_one(self, for_id: str = "") -> bool:
         """End one pooled worker (ready first, else one being filled) to free its slot for a
         session. True once its slot is free: the caller takes it before the pool can refill."""
         entries = list(self._entries.values())
@@ -139,7 +147,7 @@ class WarmPool:
     async def refill(self) -> None:
         """The refill task (in the manager's task group): one worker at a time, into free slots.
         Also watches pooled workers' exits while it runs."""
-        supervisor = self.manager.supervisor
+        supervisor = self.supervisor
         supervisor.add_exit_listener(self._worker_exited)
         try:
             while True:
@@ -171,12 +179,11 @@ class WarmPool:
     # -- filling ---------------------------------------------------------------------------------
 
     def _should_fill(self) -> bool:
-        manager = self.manager
         return (
             not self._stopping
             and len(self._entries) < self.size
             and not self._yielding
-            and len(manager._slots) < manager.max_live_workers
+            and self.admission.has_room()
             and time.monotonic() >= self._retry_at
         )
 
@@ -184,11 +191,12 @@ class WarmPool:
         started = time.monotonic()
         try:
             with entry.scope:
-                # Under the cap (checked just now, no await since): _admit takes a free slot at
-                # once and never hibernates a session for a pooled worker.
-                entry.worker = await self.manager._spawn(Session(entry.id))
+                # Only a free slot: a pooled worker never makes a session sleep.
+                if not self.admission.try_admit(entry.id):
+                    return
+                entry.worker = await self.admission.spawn(entry.id, admitted=True)
                 entry.connection = WorkerConnection(entry.worker)
-                entry.control = WorkerSession(entry.connection.client, entry.worker.url, entry.worker.host_header)
+                entry.control = ControlSession(entry.connection.client, entry.worker.url, entry.worker.host_header)
                 await entry.control.open()
                 if WARM_TOOL in await entry.control.tool_names():  # a stand-in worker has no browser
                     await entry.control.call(WARM_TOOL, WARM_ARGS)
@@ -245,11 +253,8 @@ class WarmPool:
             entry.scope.cancel()  # its filling fails and cleans up
 
     def _start_soon_discard(self, entry: Pooled) -> None:
-        tg = self.manager._tg
-        if tg is not None:
-            tg.start_soon(self._discard, entry)
-        else:  # no task group (shutting down): the slot at least must not leak
-            self.manager._slots.discard(entry.id)
+        self.admission.release(entry.id)  # at once: the slot must not leak if the job never runs
+        self.start_soon(lambda: self._discard(entry))
 
     async def _discard(self, entry: Pooled) -> None:
         """Ends the worker, deletes its directory, frees its slot (last, with no await after it,
@@ -257,8 +262,8 @@ class WarmPool:
         with anyio.CancelScope(shield=True):
             if entry.connection is not None:
                 await entry.connection.aclose()
-            await self.manager.supervisor.forget(entry.id)
-        self.manager._slots.discard(entry.id)
+            await self.supervisor.forget(entry.id)
+        self.admission.release(entry.id)
         self._signal()
 
     def _signal(self) -> None:

@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from router.http.errors import BadRequest, SessionNotFound
+from router.http.errors import BadRequest
 from workers.health import RestartBudget
 
 if TYPE_CHECKING:
     from router.http.proxy import WorkerConnection
+    from router.sessions.control import ControlSession
 
+MAX_ASKED = 64  # the worker's open requests to the client we remember, to route the answers
 SESSION_ID_BYTES = 24  # 192 random bits, 32 URL-safe characters
 MAX_SESSION_ID_LENGTH = 128
 # Visible ASCII per the spec; anything else cannot be one of ours.
@@ -28,6 +30,8 @@ MINTED_ID_RE = re.compile(r"[A-Za-z0-9_-]{16,128}")
 
 
 class State(Enum):
+    # Handshake answered by the router; no worker until a request needs one (lazy start).
+    NEW = "new"
     STARTING = "starting"
     LIVE = "live"
     # Dormant: no worker now, but the id stays valid and the next request resumes it.
@@ -45,6 +49,7 @@ ENDED = frozenset({State.CLOSED, State.ERROR})
 DORMANT = frozenset({State.REAPED, State.HIBERNATED, State.CRASHED, State.INTERRUPTED, State.DEGRADED})
 # The record's vocabulary (router/schema.py SESSION_STATES) for each in-memory state.
 RECORD_STATE = {
+    State.NEW: "active",
     State.STARTING: "active",
     State.LIVE: "active",
     State.REAPED: "reaped",
@@ -77,20 +82,39 @@ class Session:
     last_request_end: float = field(default_factory=time.monotonic)
     in_flight: int = 0
     connection: WorkerConnection | None = None
-    worker_session_id: str | None = None
+    worker_session_id: str | None = None  # the client's (replayed) MCP session on the worker
+    control: ControlSession | None = None  # the router's own MCP session on the worker, no capabilities
+    # Set (and replaced) whenever the worker changes, so a held GET stream follows it.
+    worker_changed: anyio.Event = field(default_factory=anyio.Event)
+    # Set once the client's GET stream is joined to the current worker's (see worker_switched).
+    relay_ready: anyio.Event = field(default_factory=anyio.Event)
+    # Ids of requests the worker sent the client (pings, roots/list) -> the worker that asked.
+    asked: dict[Any, WorkerConnection] = field(default_factory=dict)
+    stream: StreamSlot = field(default_factory=lambda: StreamSlot())
     protocol_version: str | None = None
     client_info: dict[str, Any] = field(default_factory=dict)
-    # Continuity: what a new worker needs to take the session up (router/resume.py).
+    # Continuity: what a new worker needs to take the session up (router/sessions/continuity.py).
     initialize_params: dict[str, Any] = field(default_factory=dict)
     browser_used: bool = False  # a tool was called: there may be browser state worth saving
     current_url: str | None = None  # last "- Page URL:" of the client's answers
-    resumed_notice: bool = False  # the next tool answer tells the client refs are stale
+    resumed_notice: str | None = None  # the next tool answer tells the client why the page reloaded
     crashed_at: float = 0.0  # monotonic; backoff before a restart counts from here
     health_failures: int = 0
     budget: RestartBudget = field(default_factory=RestartBudget)
     # Serialises getting and giving up a worker (resume, reap, hibernate, save) for this session.
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     gone: anyio.Event = field(default_factory=anyio.Event)  # set once it has ended for good
+
+    def worker_switched(self) -> None:
+        """Wakes whoever follows the session's worker (the client's GET stream)."""
+        self.worker_changed.set()
+        self.worker_changed = anyio.Event()
+        self.relay_ready = anyio.Event()
+
+    def note_asked(self, request_id: Any, connection: WorkerConnection) -> None:
+        self.asked[request_id] = connection
+        while len(self.asked) > MAX_ASKED:
+            self.asked.pop(next(iter(self.asked)))
 
     @contextmanager
     def client_request(self) -> Iterator[None]:
@@ -109,6 +133,32 @@ class Session:
     @property
     def dormant(self) -> bool:
         return self.state in DORMANT
+
+
+class StreamSlot:
+    """The client's one GET stream. A new GET takes the slot over: the old holder is cancelled and
+    has let go of the worker's stream (a worker refuses a second one) before the new one starts."""
+
+    def __init__(self) -> None:
+        self._scope: anyio.CancelScope | None = None
+        self._released = anyio.Event()
+        self._released.set()
+
+    @property
+    def held(self) -> bool:
+        return self._scope is not None
+
+    async def claim(self, scope: anyio.CancelScope) -> None:
+        while self._scope is not None:
+            self._scope.cancel()
+            await self._released.wait()
+        self._scope = scope
+        self._released = anyio.Event()
+
+    def release(self, scope: anyio.CancelScope) -> None:
+        if self._scope is scope:
+            self._scope = None
+            self._released.set()
 
 
 class SessionTable:
@@ -138,14 +188,6 @@ class SessionTable:
     def add(self, session: Session) -> Session:
         """A session known from disk (a previous run's), or the one already in the table."""
         return self._sessions.setdefault(session.id, session)
-
-    def lookup(self, session_id: str) -> Session:
-        """The live session for a client's id: 400 if malformed, 404 if unknown or ended."""
-        check_session_id(session_id)
-        session = self._sessions.get(session_id)
-        if session is None or session.state in ENDED:
-            raise SessionNotFound("Session not found: initialize a new session")
-        return session
 
     def get(self, session_id: str) -> Session | None:
         return self._sessions.get(session_id)

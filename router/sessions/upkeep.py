@@ -1,6 +1,6 @@
-"""The manager's background upkeep: debounced state saves, exit detection, health checks,
-idle reaping, the restart budget and retention. A mixin of SessionManager (router/manager.py),
-kept apart so each file stays readable; it relies on the attributes declared below.
+"""The sessions' background upkeep: debounced state saves, exit detection, health checks, idle
+reaping, the restart budget and retention. One task group, owned through ``async with run()``;
+every loop survives its own failures (logged), so one bad worker cannot stop the others' upkeep.
 """
 
 from __future__ import annotations
@@ -8,6 +8,9 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -15,9 +18,8 @@ import anyio
 from anyio.abc import TaskGroup
 
 from router.http.errors import ServiceUnavailable
-from router.http.proxy import WorkerConnection
-from router.sessions import continuity as resume
-from router.sessions.control import ControlError
+from router.sessions import statefiles
+from router.sessions.continuity import Continuity
 from router.sessions.table import RECORD_STATE, Session, SessionTable, State
 from workers.health import HEALTH_FAILURES, probe
 from workers.supervisor import Supervisor, Worker
@@ -25,51 +27,88 @@ from workers.supervisor import Supervisor, Worker
 if TYPE_CHECKING:
     from router.operator.metrics import Metrics
     from router.record.recorder import Recorder
-    from router.sessions.pool import WarmPool
 
-log = logging.getLogger("mcp_router.sessions")
+log = logging.getLogger("mcp_router.upkeep")
 
 REAP_TICK_MAX: Final = 1.0
 SAVE_DEBOUNCE: Final = 0.5  # a burst of calls is saved once, after it, never on the answer path
-SAVE_TIMEOUT: Final = 5.0  # a wedged worker must not hold a reap or a shutdown for long
 RETENTION_SWEEP: Final = 60.0
+LOOP_ERROR_BACKOFF: Final = 1.0
 
 
 class Upkeep:
-    supervisor: Supervisor
-    recorder: Recorder | None
-    metrics: Metrics | None
-    sessions: SessionTable
-    idle_timeout: float
-    retention: float
-    health_interval: float
-    _tg: TaskGroup | None
-    _save_due: dict[str, float]
-    _storage: bool | None
-    pool: WarmPool
+    def __init__(
+        self,
+        *,
+        sessions: SessionTable,
+        continuity: Continuity,
+        supervisor: Supervisor,
+        recorder: Recorder | None,
+        metrics: Metrics | None,
+        idle_timeout: float,
+        retention: float,
+        health_interval: float,
+        end: Callable[[Session, State], Awaitable[None]],
+        owns_directory: Callable[[str], bool],
+    ) -> None:
+        self.sessions = sessions
+        self.continuity = continuity
+        self.supervisor = supervisor
+        self.recorder = recorder
+        self.metrics = metrics
+        self.idle_timeout = idle_timeout
+        self.retention = retention
+        self.health_interval = health_interval
+        self._end = end
+        self._owns_directory = owns_directory
+        self._save_due: dict[str, float] = {}
+        self._tg: TaskGroup | None = None
 
-    def _detach(self, session: Session, state: State) -> WorkerConnection | None:
-        raise NotImplementedError
+    @asynccontextmanager
+    async def run(self) -> AsyncIterator[Upkeep]:
+        self.supervisor.add_exit_listener(self._worker_exited)
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                tg.start_soon(self._forever, "reaping", self._reap_idle)
+                tg.start_soon(self._forever, "health checks", self._check_health)
+                tg.start_soon(self._forever, "retention", self._expire_retained)
+                try:
+                    yield self
+                finally:
+                    self._tg = None
+                    tg.cancel_scope.cancel()
+        finally:
+            self.supervisor.remove_exit_listener(self._worker_exited)
 
-    async def _go_dormant(self, session: Session, state: State, force: bool = False) -> bool:
-        raise NotImplementedError
+    def start_soon(self, job: Callable[[], Awaitable[object]]) -> None:
+        """A background job that logs its own failure instead of taking the upkeep down."""
+        if self._tg is not None:
+            self._tg.start_soon(self._guarded, job)
 
-    async def end(self, session: Session, state: State) -> None:
-        raise NotImplementedError
+    async def _guarded(self, job: Callable[[], Awaitable[object]]) -> None:
+        try:
+            await job()
+        except Exception:
+            log.exception("background job failed: %r", job)
 
-    def _record_state(self, session: Session) -> None:
-        if self.recorder is not None:
-            self.recorder.session_state(session.id, RECORD_STATE[session.state])
+    async def _forever(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            try:
+                await loop()
+            except Exception:
+                log.exception("upkeep loop %r failed; restarting it", name)
+                await anyio.sleep(LOOP_ERROR_BACKOFF)
 
     # -- state saving ----------------------------------------------------------------------------
 
-    def _schedule_save(self, session: Session) -> None:
-        if self._storage is False or self._tg is None:
+    def schedule_save(self, session: Session) -> None:
+        if self._tg is None:
             return
         pending = session.id in self._save_due
         self._save_due[session.id] = time.monotonic() + SAVE_DEBOUNCE
         if not pending:
-            self._tg.start_soon(self._debounced_save, session)
+            self.start_soon(lambda: self._debounced_save(session))
 
     async def _debounced_save(self, session: Session) -> None:
         try:
@@ -83,28 +122,9 @@ class Upkeep:
             async with session.lock:
                 connection = session.connection
                 if connection is not None:
-                    await self._save(session, connection)
+                    await self.continuity.save(session, connection, session.control)
         finally:
             self._save_due.pop(session.id, None)
-
-    async def _save(self, session: Session, connection: WorkerConnection) -> None:
-        if not session.browser_used or not connection.worker.alive():
-            return
-        with anyio.move_on_after(SAVE_TIMEOUT):
-            if self._storage is None:
-                self._storage = await resume.storage_supported(connection.client, connection.worker)
-            if not self._storage:
-                return
-            started = time.monotonic()
-            try:
-                await resume.save_state(
-                    connection.client, connection.worker, self.supervisor.session_dir(session.id),
-                    session.current_url,
-                )  # fmt: skip
-            except (ControlError, OSError) as exc:
-                log.info("state save failed session=%s: %s", session.id, exc)
-                return
-            log.debug("state saved session=%s ms=%.0f", session.id, (time.monotonic() - started) * 1000)
 
     # -- supervision -----------------------------------------------------------------------------
 
@@ -119,15 +139,7 @@ class Upkeep:
             "worker exited session=%s pid=%d code=%s stderr=%r",
             worker.session_id, worker.pid, returncode, worker.stderr_tail()[-500:],
         )  # fmt: skip
-        self._crashed(session)
-
-    def _crashed(self, session: Session) -> None:
-        connection = self._detach(session, State.CRASHED)
-        session.crashed_at = time.monotonic()
-        if self.metrics is not None:
-            self.metrics.crashed()
-        if connection is not None and self._tg is not None:
-            self._tg.start_soon(connection.aclose)
+        self.continuity.crashed(session)
 
     async def _check_health(self) -> None:
         while True:
@@ -146,7 +158,7 @@ class Upkeep:
         session.health_failures = 0 if healthy else session.health_failures + 1
         if session.health_failures >= HEALTH_FAILURES:
             log.warning("worker failed %d health checks session=%s; restarting", HEALTH_FAILURES, session.id)
-            self._crashed(session)
+            self.continuity.crashed(session)
             await self.supervisor.stop(session.id)
 
     async def _reap_idle(self) -> None:
@@ -155,9 +167,9 @@ class Upkeep:
             await anyio.sleep(tick)
             now = time.monotonic()
             for session in self.sessions.with_worker():
-                if session.state is State.LIVE and session.idle_for(now) >= self.idle_timeout and self._tg:
+                if session.state is State.LIVE and session.idle_for(now) >= self.idle_timeout:
                     log.info("reaping idle session=%s idle_s=%.1f", session.id, session.idle_for(now))
-                    self._tg.start_soon(self._go_dormant, session, State.REAPED)
+                    self.start_soon(partial(self.continuity.go_dormant, session, State.REAPED))
 
     async def _expire_retained(self) -> None:
         """Dormant sessions past the retention end for good, in memory and on disk."""
@@ -166,26 +178,26 @@ class Upkeep:
             for session in self.sessions.live():
                 if session.dormant and session.last_activity < cutoff:
                     log.info("session expired session=%s", session.id)
-                    await self.end(session, State.CLOSED)
+                    await self._end(session, State.CLOSED)
             entries = await anyio.to_thread.run_sync(_session_dirs, self.supervisor.state_dir / "sessions")
             for path in entries:
                 if (
                     self.sessions.get(path.name) is None
-                    and not self.pool.owns(path.name)  # a warm worker's directory has no session file
-                    and resume.last_active(path) < cutoff
+                    and not self._owns_directory(path.name)  # a warm worker's directory has no session file
+                    and statefiles.last_active(path) < cutoff
                 ):
                     await self.supervisor.forget(path.name)
                     if self.recorder is not None:
                         self.recorder.session_state(path.name, RECORD_STATE[State.CLOSED])
             await anyio.sleep(RETENTION_SWEEP)
 
-    async def _restart_allowed(self, session: Session) -> None:
+    async def restart_allowed(self, session: Session) -> None:
         """The restart budget after a crash: backoff, or 503 once the session is degraded."""
         delay = session.budget.next_delay()
         if delay is None:
             if session.state is not State.DEGRADED:
                 session.state = State.DEGRADED
-                self._record_state(session)
+                self.continuity.record_state(session)
                 log.warning("session degraded session=%s (restart budget spent)", session.id)
             raise ServiceUnavailable(
                 "The browser worker of this session keeps failing; retry later",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from router.sessions.continuity import RESUMED_NOTICE
+from router.sessions.continuity import NOTICE_PREFIX as RESUMED_NOTICE
 from tests.continuity.conftest import wait_saved
 from tests.support import ROOT, RawClient, free_port, wait_for
 from workers.orphans import processes_for

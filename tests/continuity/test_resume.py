@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from router.sessions.continuity import RESUMED_NOTICE
+from router.sessions.continuity import NOTICE_PREFIX as RESUMED_NOTICE
 from router.sessions.table import State
 from tests.continuity.conftest import wait_saved
 from tests.support import RawClient, RouterThread, router_settings, wait_for
@@ -112,10 +112,12 @@ def test_lru_idle_session_is_hibernated_and_resumes_with_its_state(
         a.initialize()
         a.text("browser_navigate", url=f"{pages}/set?v=lru-a")
         wait_saved(state, a, "lru-a")
-        b.initialize()  # the cap is one live worker: a is hibernated to make room
+        b.initialize()  # answered by the router: no worker yet, so a keeps its own
+        assert session_state(router, a) is State.LIVE
+        # The cap is one live worker: b's first call hibernates a to make room.
+        b.text("browser_navigate", url=f"{pages}/set?v=lru-b")
         assert session_state(router, a) is State.HIBERNATED
         assert not processes_for(state, a.session_id)
-        b.text("browser_navigate", url=f"{pages}/set?v=lru-b")
         wait_saved(state, b, "lru-b")
 
         snapshot = a.text("browser_snapshot")  # now b makes room for a

@@ -92,6 +92,7 @@ def test_unknown_ids_are_404(rec_router: RouterThread) -> None:
 def test_actions_refuse_cross_site_requests(rec_router: RouterThread, headers: dict[str, str], reason: str) -> None:
     with RawClient(rec_router.url) as c:
         c.initialize()
+        c.start_worker()
         for action in ("end", "hibernate"):
             answer = post(rec_router, f"/api/sessions/{c.session_id}/{action}", headers)
             assert answer.status_code == 403, answer.text
@@ -104,6 +105,7 @@ def test_end_action_ends_the_session_and_its_worker(rec_router: RouterThread) ->
     state = rec_router.settings.state_dir
     with RawClient(rec_router.url) as c:
         c.initialize()
+        c.start_worker()
         assert processes_for(state, c.session_id)
         same_origin = {**ACTION, "origin": base_url(rec_router), "sec-fetch-site": "same-origin"}
         answer = post(rec_router, f"/api/sessions/{c.session_id}/end", same_origin)
@@ -119,6 +121,7 @@ def test_hibernate_action(rec_router: RouterThread) -> None:
     state = rec_router.settings.state_dir
     with RawClient(rec_router.url) as c:
         c.initialize()
+        c.start_worker()
         answer = post(rec_router, f"/api/sessions/{c.session_id}/hibernate", ACTION)
         if not hasattr(rec_router.manager, "hibernate"):  # built without the continuity work
             assert answer.status_code == 501 and "hibernate" in answer.json()["error"]

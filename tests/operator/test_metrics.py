@@ -92,6 +92,7 @@ def test_registries_are_per_app_and_tool_labels_are_bounded() -> None:
 def test_idle_reap_and_resume_are_counted(state_dir: Path) -> None:
     with RouterThread(router_settings(state_dir, idle_timeout=0.3)) as router, RawClient(router.url) as c:
         c.initialize()
+        c.start_worker()
         wait_for(lambda: value(scrape(router), "mcp_router_reaps_total", reason="idle") == 1)
         assert c.text("echo", text="back") == "back"  # the next call resumes the session
         samples = scrape(router)

@@ -16,17 +16,23 @@ from workers.orphans import processes_for
 
 
 def test_idle_session_is_reaped_even_with_an_open_get_stream(tmp_path: Path, state_dir: Path) -> None:
-    settings = router_settings(state_dir, idle_timeout=1.0)
+    """The worker goes, the client's GET stream stays (it belongs to the session) and the session
+    resumes on a new worker at the next request; DELETE ends the stream."""
+    settings = router_settings(state_dir, idle_timeout=1.0, keepalive_interval=0.5)
     with RouterThread(settings) as router, RawClient(router.url) as c:
         c.initialize()
+        assert not processes_for(state_dir, c.session_id), "initialize alone starts no worker"
+        c.start_worker()
         assert processes_for(state_dir, c.session_id)
         stream_ended = threading.Event()
+        keepalives_after_reap = threading.Event()
 
         def hold_get_stream() -> None:
             headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or ""}
             with httpx.Client(timeout=30) as http, http.stream("GET", c.url, headers=headers) as r:
-                for _ in r.iter_bytes():
-                    pass
+                for event in iter_sse(r):
+                    if "comment" in event and not processes_for(state_dir, c.session_id):
+                        keepalives_after_reap.set()
             stream_ended.set()
 
         threading.Thread(target=hold_get_stream, daemon=True).start()
@@ -36,14 +42,15 @@ def test_idle_session_is_reaped_even_with_an_open_get_stream(tmp_path: Path, sta
             c.post({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"})
             time.sleep(0.2)
         assert not processes_for(state_dir, c.session_id)
-        assert stream_ended.wait(10), "the GET stream must end when its worker is reaped"
-        # The id outlives its worker (issue 4): the next request resumes it on a new worker.
+        assert keepalives_after_reap.wait(10), "the GET stream stays open, with keep-alives, after the reap"
+        assert not stream_ended.is_set()
+        # The id outlives its worker: the next request resumes it on a new worker.
         assert (state_dir / "sessions" / (c.session_id or "") / "profile").is_dir()
         assert not (state_dir / "sessions" / (c.session_id or "") / "out").exists()
-        answer = c.request("tools/list")
-        assert "echo" in {t["name"] for t in answer["result"]["tools"]}
+        assert c.text("echo", text="back") == "back"
         assert processes_for(state_dir, c.session_id)
         assert c.delete().status_code == 200
+        assert stream_ended.wait(10), "DELETE ends the session and its GET stream"
         assert not (state_dir / "sessions" / (c.session_id or "")).exists()
 
 
@@ -106,6 +113,7 @@ def test_worker_crash_mid_call_gives_an_error_for_that_call(state_dir: Path) -> 
 def test_delete_ends_the_worker_and_forgets_the_id(state_dir: Path) -> None:
     with RouterThread(router_settings(state_dir)) as router, RawClient(router.url) as c:
         c.initialize()
+        c.start_worker()
         assert processes_for(state_dir, c.session_id)
         assert c.delete().status_code == 200
         assert not processes_for(state_dir, c.session_id)
@@ -118,6 +126,7 @@ def test_shutdown_ends_every_worker(state_dir: Path) -> None:
         clients = [RawClient(router.url) for _ in range(3)]
         for c in clients:
             c.initialize()
+            c.start_worker()
         assert len(processes_for(state_dir)) >= 3
         started = time.monotonic()
     assert time.monotonic() - started < 10

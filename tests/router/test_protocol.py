@@ -191,6 +191,7 @@ def test_session_id_is_long_random_and_url_safe(fake_router: RouterThread) -> No
 
 
 def test_worker_session_id_never_leaks(session: RawClient, fake_router: RouterThread) -> None:
+    session.start_worker()
     routed = fake_router.manager.sessions.get(session.session_id)
     assert routed.worker_session_id and routed.worker_session_id != session.session_id
     r = session.post({"jsonrpc": "2.0", "id": 7, "method": "tools/list"})

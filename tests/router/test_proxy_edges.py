@@ -17,6 +17,7 @@ from tests.support import RawClient, RouterThread, router_settings
 def mocked(state_dir: Path) -> Iterator[tuple[RouterThread, RawClient, respx.MockRouter]]:
     with RouterThread(router_settings(state_dir)) as router, RawClient(router.url) as client:
         client.initialize()
+        client.start_worker()
         worker_url = router.manager.sessions.get(client.session_id).connection.url
         # Only the worker is mocked; the test's own requests to the router go through for real.
         with respx.mock(assert_all_called=False) as mock:

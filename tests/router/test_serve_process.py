@@ -49,6 +49,7 @@ def test_signal_ends_every_worker_within_ten_seconds(state_dir: Path, sig: signa
         clients = [RawClient(f"http://127.0.0.1:{port}/mcp") for _ in range(3)]
         for c in clients:
             c.initialize()
+            c.start_worker()
         assert len({p for c in clients for p in processes_for(state_dir, c.session_id)}) >= 3
         started = time.monotonic()
         proc.send_signal(sig)

@@ -73,6 +73,7 @@ def test_get_stream_sends_keepalives_and_closes_upstream_when_client_goes(tmp_pa
     settings = router_settings(tmp_path, keepalive_interval=0.2)
     with RouterThread(settings) as router, RawClient(router.url) as c:
         c.initialize()
+        c.start_worker()
         headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or ""}
         comments = 0
         with c.http.stream("GET", c.url, headers=headers) as r:

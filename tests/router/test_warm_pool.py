@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from router.sessions.admission import Admission
 from router.sessions.pool import Pooled, WarmPool
 from router.sessions.table import State
 from tests.support import RawClient, RouterThread, router_settings, wait_for
@@ -106,23 +107,23 @@ def test_warm_workers_count_toward_the_cap_and_go_first(state_dir: Path) -> None
         a.initialize()
         a.text("remember", key="k", value="a")
         wait_for(lambda: len(manager.pool.ready_ids()) == 1)  # refilled: a + warm = the cap
-        assert len(manager._slots) == 2
+        assert len(manager.admission) == 2
         b.initialize()  # takes the warm worker; the pool cannot refill (cap reached)
         time.sleep(1.5)
         assert manager.pool.ready_ids() == []
-        assert len(manager._slots) == 2
+        assert len(manager.admission) == 2
 
         session_a = manager.sessions.get(a.session_id)
         router_loop_call(router, manager.hibernate(session_a))
         [warm] = wait_for(lambda: manager.pool.ready_ids())  # a's slot went to a new warm worker
-        assert len(manager._slots) == 2
+        assert len(manager.admission) == 2
 
         assert whoami(a)["pid"]  # a resumes on a new worker: the warm worker makes room
         assert manager.sessions.get(a.session_id).state is State.LIVE
         assert manager.sessions.get(b.session_id).state is State.LIVE  # b was not hibernated
         wait_for(lambda: not processes_for(state_dir, warm), timeout=10)
         assert warm not in manager.pool.ready_ids()
-        assert len(manager._slots) == 2
+        assert len(manager.admission) == 2
         a.delete()
         b.delete()
 
@@ -148,9 +149,10 @@ def test_warm_workers_are_not_reaped_as_idle_sessions(state_dir: Path) -> None:
 
 async def test_take_skips_a_dead_worker() -> None:
     """Checked at take time too, for a death the exit listener has not handled yet."""
-    slots = {"dead", "live"}
-    manager: Any = SimpleNamespace(_tg=None, _slots=slots, supervisor=None)
-    pool = WarmPool(manager, 2)
+    supervisor: Any = SimpleNamespace()
+    admission = Admission(supervisor, max_live_workers=4)
+    assert admission.try_admit("dead") and admission.try_admit("live")
+    pool = WarmPool(admission=admission, supervisor=supervisor, size=2, start_soon=lambda job: None)
 
     def entry(session_id: str, alive: bool) -> Pooled:
         worker: Any = SimpleNamespace(alive=lambda: alive, stopping=False, port=1, pid=1)
@@ -161,5 +163,5 @@ async def test_take_skips_a_dead_worker() -> None:
     entry("dead", False)
     live = entry("live", True)
     assert pool.take() is live
-    assert slots == {"live"}  # the dead one's slot was freed (no task group to end it in)
+    assert "dead" not in admission and "live" in admission  # the dead one's slot was freed at once
     assert pool.take() is None

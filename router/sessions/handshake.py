@@ -1,0 +1,104 @@
+"""What the pinned worker answers to ``initialize`` and ``tools/list``, so the router can answer them.
+
+Claude Code connects to every configured server when a conversation or a subagent starts (and
+``claude mcp list`` connects to health-check): most of those sessions never browse. The router
+answers their handshake from this cache and spawns a worker only for the first request that
+needs one (router/sessions/manager.py).
+
+The cache is keyed by a fingerprint of the worker: its argv template and environment, the bytes
+of every file the template names (the stand-in worker's script, the worker's entry point) and the
+pinned package's lock, so a changed flag or version never serves a stale answer. Entries are per
+requested protocol version, filled by a probe worker at start (no browser is launched) or by the
+first real spawn, and kept on disk in the state directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+log = logging.getLogger("mcp_router.handshake")
+
+CACHE_DIR: Final = "cache"
+MAX_HASHED_FILE: Final = 64 * 1024 * 1024
+
+
+def _file_digest(path: Path) -> str | None:
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_HASHED_FILE:
+            return None
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def worker_fingerprint(argv: Iterable[str], env: Mapping[str, str], files: Iterable[Path]) -> str:
+    """Changes whenever the worker could answer its handshake differently."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps([list(argv), sorted(env.items())]).encode())
+    for path in files:
+        digest.update(str(path).encode())
+        digest.update((_file_digest(path) or "-").encode())
+    return digest.hexdigest()
+
+
+class HandshakeCache:
+    def __init__(self, state_dir: Path, fingerprint: str) -> None:
+        self.fingerprint = fingerprint
+        self.path = state_dir / CACHE_DIR / f"handshake-{fingerprint[:32]}.json"
+        self._entries: dict[str, dict[str, Any]] = {}
+        self._loaded = False
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return
+        if isinstance(data, dict) and data.get("fingerprint") == self.fingerprint:
+            entries = data.get("versions")
+            if isinstance(entries, dict):
+                self._entries = {k: v for k, v in entries.items() if _complete(v)}
+
+    def get(self, version: str) -> dict[str, Any] | None:
+        """``{"initialize": result, "tools": result}`` for a requested protocol version, or None."""
+        self._load()
+        return self._entries.get(version)
+
+    def versions(self) -> set[str]:
+        self._load()
+        return set(self._entries)
+
+    def store(self, version: str, initialize: dict[str, Any], tools: dict[str, Any]) -> None:
+        self._load()
+        entry = {"initialize": initialize, "tools": tools}
+        if self._entries.get(version) == entry:
+            return
+        self._entries[version] = entry
+        data = {"fingerprint": self.fingerprint, "versions": self._entries}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data))
+            os.replace(tmp, self.path)
+        except OSError as exc:  # the cache is an optimisation: memory still has the entry
+            log.warning("handshake cache not written (%s): %s", self.path, exc)
+            with contextlib.suppress(OSError):
+                self.path.with_suffix(".tmp").unlink()
+
+
+def _complete(entry: Any) -> bool:
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("initialize"), dict)
+        and isinstance(entry.get("tools"), dict)
+        and isinstance(entry["tools"].get("tools"), list)
+    )

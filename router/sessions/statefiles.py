@@ -1,0 +1,129 @@
+"""What a session leaves on disk so that a new worker (or a new run of the router) can take it up.
+
+``sessions/<id>/session.json`` (written at open, touched when the session goes dormant): the
+client's initialize params and response mode, so a new worker can be handed the same handshake
+after a reap, a crash or a restart of the router — without the record, which may be off.
+``sessions/<id>/state.json``: Playwright storage state (every cookie, session cookies included,
+and localStorage per origin) plus the open tabs' URLs. The ``--user-data-dir`` profile beside
+them brings back persistent cookies by itself, but not session cookies (most logins).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Final
+
+from router.sessions.table import MINTED_ID_RE, Session, State
+from workers.health import RestartBudget
+
+SESSION_FILE: Final = "session.json"
+STATE_FILE: Final = "state.json"
+_PAGE_URL = re.compile(r"^- Page URL: (\S+)", re.MULTILINE)
+
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Atomic: a SIGKILL mid-write leaves the previous file, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_session_file(session_dir: Path, data: dict[str, Any]) -> None:
+    write_json(session_dir / SESSION_FILE, {**data, "last_active": data.get("last_active") or time.time()})
+
+
+def forget_session_file(session_dir: Path) -> None:
+    with contextlib.suppress(OSError):
+        (session_dir / SESSION_FILE).unlink()
+
+
+def read_session_file(session_dir: Path) -> dict[str, Any] | None:
+    return read_json(session_dir / SESSION_FILE)
+
+
+def last_active(session_dir: Path) -> float:
+    """Wall time of the session's last sign of life on disk (a SIGKILLed router wrote no more)."""
+    stamps = [0.0]
+    data = read_session_file(session_dir)
+    if data is not None and isinstance(data.get("last_active"), int | float):
+        stamps.append(float(data["last_active"]))
+    for name in (SESSION_FILE, STATE_FILE):
+        with contextlib.suppress(OSError):
+            stamps.append((session_dir / name).stat().st_mtime)
+    return max(stamps)
+
+
+def has_state(session_dir: Path) -> bool:
+    return (session_dir / STATE_FILE).exists()
+
+
+def read_state(session_dir: Path) -> dict[str, Any] | None:
+    return read_json(session_dir / STATE_FILE)
+
+
+def write_state(session_dir: Path, data: dict[str, Any]) -> None:
+    write_json(session_dir / STATE_FILE, data)
+
+
+def page_url(text: str) -> str | None:
+    """The last page URL a worker's answer text names, if any."""
+    found = _PAGE_URL.findall(text)
+    return found[-1] if found else None
+
+
+def clear_output(worker_output: Path) -> None:
+    """A dormant session's snapshot and console files: already in the record, never read again."""
+    shutil.rmtree(worker_output, ignore_errors=True)
+
+
+def session_record(session: Session) -> dict[str, Any]:
+    """What session.json keeps: enough for a new worker (and a new router run) to resume it."""
+    return {
+        "id": session.id,
+        "initialize": session.initialize_params,
+        "response_mode": session.response_mode,
+        "client_info": session.client_info,
+        "protocol_version": session.protocol_version,
+        "created": session.created,
+        "last_active": max(session.last_activity, time.time() - session.idle_for(time.monotonic())),
+    }
+
+
+def session_from_disk(session_dir: Path, session_id: str, retention: float, budget: RestartBudget) -> Session | None:
+    """A dormant session of a previous run, if its files are there and within retention."""
+    if not MINTED_ID_RE.fullmatch(session_id):  # never turn a client's string into a path otherwise
+        return None
+    data = read_session_file(session_dir)
+    active = last_active(session_dir)
+    if data is None or time.time() - active > retention:
+        return None
+    params, info = data.get("initialize"), data.get("client_info")
+    version = data.get("protocol_version")
+    return Session(
+        session_id,
+        response_mode=str(data.get("response_mode") or "full"),
+        state=State.INTERRUPTED,
+        created=float(data.get("created") or active),
+        last_activity=active,
+        protocol_version=version if isinstance(version, str) else None,
+        client_info=info if isinstance(info, dict) else {},
+        initialize_params=params if isinstance(params, dict) else {},
+        browser_used=has_state(session_dir),
+        budget=budget,
+    )
