@@ -7,15 +7,11 @@ as soon as that worker is attached, across reaps, crashes, hibernation and route
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import time
-from collections.abc import Awaitable
 from typing import Final
 from urllib.parse import parse_qs
 
-import anyio
 import httpx
 from starlette.datastructures import Headers
 from starlette.responses import Response
@@ -35,9 +31,11 @@ from router.http.errors import (
 from router.http.exchange import Exchange, ExchangeHooks
 from router.http.messages import ClientMessage, Kind, parse
 from router.http.proxy import WorkerConnection, downstream_headers, upstream_headers
-from router.http.sse import KEEPALIVE_COMMENT, EventSplitter, encode_event, event_json
+from router.http.session_stream import SessionStream
+from router.http.sse import encode_event
+from router.http.streaming import Writer, forward_events, run_stream, send_accepted, send_json, send_start
 from router.sessions.manager import SessionManager
-from router.sessions.table import ENDED, Session, State
+from router.sessions.table import Session, State
 from router.types import (
     H_CONTENT_LENGTH,
     H_PROTOCOL_VERSION,
@@ -112,7 +110,7 @@ class McpEndpoint:
                 with session.client_request():
                     answer = await exchange.local_answer()
                 assert answer is not None
-                await _send_json(send, answer, session, status=200)
+                await send_json(send, answer, session, status=200)
                 return
             # Gives the session a worker first (spawn or resume: replayed handshake, restored browser).
             async with self.manager.serving(session, message):
@@ -128,7 +126,7 @@ class McpEndpoint:
         session, result = await self.manager.open(message, response_mode=self._response_mode(scope))
         exchange = Exchange.begin(self.hooks, session, message)
         body = json.dumps({"jsonrpc": "2.0", "id": message.id, "result": result}).encode()
-        await _send_json(send, await exchange.answer_json(body), session, status=200)
+        await send_json(send, await exchange.answer_json(body), session, status=200)
 
     async def _session_for(self, headers: Headers, message: ClientMessage, session_id: str) -> Session:
         session = await self.manager.lookup(session_id)
@@ -175,7 +173,7 @@ class McpEndpoint:
             or (asker is not None and asker is not connection)
             or message.method in ROUTER_ANSWERED_NOTIFICATIONS  # the replayed handshake sent its own
         ):
-            await _send_accepted(send, session)
+            await send_accepted(send, session)
             return
         headers = upstream_headers(
             scope["headers"], host=connection.host_header, worker_session_id=session.worker_session_id
@@ -186,15 +184,15 @@ class McpEndpoint:
             await upstream.aclose()
         except httpx.HTTPError as exc:
             if session.connection is not connection or message.kind is Kind.RESPONSE:
-                await _send_accepted(send, session)  # went dormant meanwhile: as if it had been
+                await send_accepted(send, session)  # went dormant meanwhile: as if it had been
                 return
             raise _unreachable(session, exc) from None
         status = upstream.status_code
         if message.kind is Kind.RESPONSE and status >= 400:
             log.debug("worker refused an answer session=%s status=%d", session.id, status)
-            await _send_accepted(send, session)
+            await send_accepted(send, session)
             return
-        await _send_start(send, status, _plain_headers(upstream, session))
+        await send_start(send, status, _plain_headers(upstream, session))
         await send({"type": "http.response.body", "body": b"" if status == 202 else upstream.content})
 
     async def _forward_request(
@@ -204,7 +202,7 @@ class McpEndpoint:
         connection = _connection(session)
         local = await exchange.local_answer()  # router tools that need the worker (create_new_session)
         if local is not None:
-            await _send_json(send, local, session, status=200)
+            await send_json(send, local, session, status=200)
             return
         try:
             upstream = await self._send_request(session, connection, scope, message)
@@ -226,7 +224,7 @@ class McpEndpoint:
             else:
                 body = await upstream.aread()
                 answer = await exchange.answer_json(body) if upstream.status_code == 200 else body
-                await _send_start(send, upstream.status_code, _plain_headers(upstream, session))
+                await send_start(send, upstream.status_code, _plain_headers(upstream, session))
                 await send({"type": "http.response.body", "body": answer})
         except httpx.HTTPError as exc:
             raise _unreachable(session, exc) from None
@@ -260,12 +258,12 @@ class McpEndpoint:
     async def _stream_answer(
         self, session: Session, receive: Receive, send: Send, upstream: httpx.Response, exchange: Exchange
     ) -> None:
-        await _send_start(send, 200, _sse_headers(upstream, session))
+        await send_start(send, 200, _sse_headers(upstream, session))
 
-        writer = _Writer(send)
+        writer = Writer(send)
         try:
-            await _stream(
-                receive, writer, _forward_events(upstream, writer, exchange), keepalive=self.keepalive_interval
+            await run_stream(
+                receive, writer, forward_events(upstream, writer, exchange), keepalive=self.keepalive_interval
             )
         except httpx.HTTPError as exc:
             # The worker died mid-call: the client still gets an answer for its request, not a hang.
@@ -285,77 +283,8 @@ class McpEndpoint:
         if session_id is None:
             raise BadRequest("Bad Request: Mcp-Session-Id header is required")
         session = await self.manager.lookup(session_id)
-        with anyio.CancelScope() as scope_:
-            # A new GET takes over from an old one the client has given up on.
-            await session.stream.claim(scope_)
-            try:
-                start = [(H_SESSION_ID.encode(), session.id.encode()), *SSE_HEADERS]
-                await _send_start(send, 200, start)
-                writer = _Writer(send)
-                await writer(KEEPALIVE_COMMENT)
-                await _stream(
-                    receive,
-                    writer,
-                    self._follow_workers(session, scope, writer),
-                    keepalive=self.keepalive_interval,
-                    stop=self.manager.stopping,
-                )
-            finally:
-                session.stream.release(scope_)
-        # Cancelled (taken over) or done: the body ends either way.
-        with contextlib.suppress(OSError):
-            await send({"type": "http.response.body", "body": b""})
-
-    async def _follow_workers(self, session: Session, scope: Scope, writer: _Writer) -> None:
-        """Relays each worker's GET stream into the client's while the session lives: keep-alives
-        only while it has none, and no worker is ever spawned for a GET."""
-        while session.state not in ENDED:
-            changed = session.worker_changed
-            connection, worker_session_id = session.connection, session.worker_session_id
-            if connection is not None and worker_session_id is not None:
-                await self._relay_worker_stream(session, scope, connection, worker_session_id, writer)
-                if session.connection is connection:  # the worker lives on: do not spin
-                    with anyio.move_on_after(STREAM_REOPEN_DELAY):
-                        await changed.wait()
-                continue
-            async with anyio.create_task_group() as tg:
-
-                async def on_gone() -> None:
-                    await session.gone.wait()
-                    tg.cancel_scope.cancel()
-
-                tg.start_soon(on_gone)
-                await changed.wait()
-                tg.cancel_scope.cancel()
-
-    async def _relay_worker_stream(
-        self, session: Session, scope: Scope, connection: WorkerConnection, worker_session_id: str, writer: _Writer
-    ) -> None:
-        headers = upstream_headers(scope["headers"], host=connection.host_header, worker_session_id=worker_session_id)
-        try:
-            upstream = await connection.send("GET", headers)
-        except httpx.HTTPError:
-            return
-        try:
-            if upstream.status_code != 200:
-                log.debug("worker refused the GET stream session=%s status=%d", session.id, upstream.status_code)
-                return
-            if session.connection is connection:
-                session.relay_ready.set()
-            splitter = EventSplitter()
-            async for chunk in upstream.aiter_raw():
-                events = splitter.feed(chunk)
-                if not events:
-                    continue
-                for event in events:
-                    payload = event_json(event)
-                    if isinstance(payload, dict) and "method" in payload and "id" in payload:
-                        session.note_asked(payload["id"], connection)
-                await writer(b"".join(events))
-        except httpx.HTTPError:
-            pass  # the worker went away: the client's stream stays, waiting for the next one
-        finally:
-            await upstream.aclose()
+        stream = SessionStream(keepalive_interval=self.keepalive_interval, stopping=self.manager.stopping)
+        await stream.serve(session, scope, receive, send)
 
     # -- DELETE -------------------------------------------------------------------------------
 
@@ -401,78 +330,3 @@ def _sse_headers(upstream: httpx.Response, session: Session) -> list[tuple[bytes
     return [*headers, *SSE_HEADERS]
 
 
-async def _send_start(send: Send, status: int, headers: list[tuple[bytes, bytes]]) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-
-
-async def _send_accepted(send: Send, session: Session) -> None:
-    await _send_start(send, 202, [(H_SESSION_ID.encode(), session.id.encode())])
-    await send({"type": "http.response.body", "body": b""})
-
-
-async def _send_json(send: Send, body: bytes, session: Session, *, status: int) -> None:
-    headers = [(b"content-type", JSON.encode()), (H_SESSION_ID.encode(), session.id.encode())]
-    await _send_start(send, status, headers)
-    await send({"type": "http.response.body", "body": body})
-
-
-class _Writer:
-    """Writes body chunks and remembers when, so keep-alives go out only after silence."""
-
-    def __init__(self, send: Send) -> None:
-        self.send = send
-        self.last = time.monotonic()
-
-    async def __call__(self, data: bytes) -> None:
-        self.last = time.monotonic()
-        await self.send({"type": "http.response.body", "body": data, "more_body": True})
-
-
-async def _forward_events(upstream: httpx.Response, writer: _Writer, exchange: Exchange | None) -> None:
-    """The worker's SSE stream, cut at event boundaries (so keep-alives never land mid-event),
-    each chunk's whole events in one write; a request's own answer passes through its exchange."""
-    splitter = EventSplitter()
-    async for chunk in upstream.aiter_raw():
-        events = splitter.feed(chunk)
-        if events:
-            if exchange is not None:
-                events = [await exchange.answer_event(e) for e in events]
-            await writer(b"".join(events))
-
-
-async def _stream(
-    receive: Receive, writer: _Writer, work: Awaitable[None], *, keepalive: float, stop: anyio.Event | None = None
-) -> None:
-    """Runs ``work`` (which writes whole events) until it ends, the client goes or ``stop`` is
-    set (a stream that never ends would hold up graceful shutdown). Meanwhile the task that
-    watches for the client's disconnect also writes a keep-alive comment after ``keepalive``
-    seconds of silence: load balancers cut idle streams after 60–125 s. The caller closes the
-    upstream afterwards."""
-    failure: list[Exception] = []
-    async with anyio.create_task_group() as tg:
-
-        async def watch() -> None:
-            while True:
-                silence = time.monotonic() - writer.last
-                if silence >= keepalive:
-                    await writer(KEEPALIVE_COMMENT)
-                    continue
-                with anyio.move_on_after(keepalive - silence):
-                    if (await receive())["type"] == "http.disconnect":
-                        tg.cancel_scope.cancel()
-                        return
-
-        async def until_stop(event: anyio.Event) -> None:
-            await event.wait()
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(watch)
-        if stop is not None:
-            tg.start_soon(until_stop, stop)
-        try:
-            await work
-        except Exception as exc:  # re-raised outside the task group, so callers see it unwrapped
-            failure.append(exc)
-        tg.cancel_scope.cancel()
-    if failure:
-        raise failure[0]

@@ -1,0 +1,108 @@
+"""The client's GET stream, which belongs to the session and not to a worker.
+
+It stays open (keep-alives only) while the session has no worker, and whenever the session gets
+one (first use, resume after a reap, a crash, a hibernation or a router restart,
+``create_new_session``) it is joined to that worker's own stream at once, so the worker's pings
+and ``roots/list`` reach the client before its first call needs the answer. No worker is ever
+spawned for a GET. A new GET from the client takes over from an old one it has given up on (a
+worker accepts one stream per session).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Final
+
+import anyio
+import httpx
+from starlette.types import Receive, Scope, Send
+
+from router.http.proxy import WorkerConnection, upstream_headers
+from router.http.sse import KEEPALIVE_COMMENT, EventSplitter, event_json
+from router.http.streaming import Writer, run_stream, send_start
+from router.sessions.table import ENDED, Session
+from router.types import H_SESSION_ID, SSE_HEADERS
+
+log = logging.getLogger("mcp_router.streams")
+
+# A worker's GET stream that ended while the worker lives on is reopened after this pause.
+STREAM_REOPEN_DELAY: Final = 1.0
+
+
+class SessionStream:
+    def __init__(self, *, keepalive_interval: float, stopping: anyio.Event) -> None:
+        self.keepalive_interval = keepalive_interval
+        self.stopping = stopping
+
+    async def serve(self, session: Session, scope: Scope, receive: Receive, send: Send) -> None:
+        with anyio.CancelScope() as cancel:
+            await session.stream.claim(cancel)
+            try:
+                await send_start(send, 200, [(H_SESSION_ID.encode(), session.id.encode()), *SSE_HEADERS])
+                writer = Writer(send)
+                await writer(KEEPALIVE_COMMENT)
+                await run_stream(
+                    receive,
+                    writer,
+                    self._follow_workers(session, scope, writer),
+                    keepalive=self.keepalive_interval,
+                    stop=self.stopping,
+                )
+            finally:
+                session.stream.release(cancel)
+        # Taken over, ended or stopped: the body ends either way (the client may be gone already).
+        with contextlib.suppress(OSError):
+            await send({"type": "http.response.body", "body": b""})
+
+    async def _follow_workers(self, session: Session, scope: Scope, writer: Writer) -> None:
+        """Relays each worker's GET stream into the client's while the session lives: keep-alives
+        only while it has none, and no worker is ever spawned for a GET."""
+        while session.state not in ENDED:
+            changed = session.worker_changed
+            connection, worker_session_id = session.connection, session.worker_session_id
+            if connection is not None and worker_session_id is not None:
+                await self._relay_worker_stream(session, scope, connection, worker_session_id, writer)
+                if session.connection is connection:  # the worker lives on: do not spin
+                    with anyio.move_on_after(STREAM_REOPEN_DELAY):
+                        await changed.wait()
+                continue
+            async with anyio.create_task_group() as tg:
+
+                async def on_gone() -> None:
+                    await session.gone.wait()
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(on_gone)
+                await changed.wait()
+                tg.cancel_scope.cancel()
+
+    async def _relay_worker_stream(
+        self, session: Session, scope: Scope, connection: WorkerConnection, worker_session_id: str, writer: Writer
+    ) -> None:
+        headers = upstream_headers(scope["headers"], host=connection.host_header, worker_session_id=worker_session_id)
+        try:
+            upstream = await connection.send("GET", headers)
+        except httpx.HTTPError:
+            return
+        try:
+            if upstream.status_code != 200:
+                log.debug("worker refused the GET stream session=%s status=%d", session.id, upstream.status_code)
+                return
+            if session.connection is connection:
+                session.relay_ready.set()
+            splitter = EventSplitter()
+            async for chunk in upstream.aiter_raw():
+                events = splitter.feed(chunk)
+                if not events:
+                    continue
+                for event in events:
+                    payload = event_json(event)
+                    if isinstance(payload, dict) and "method" in payload and "id" in payload:
+                        session.note_asked(payload["id"], connection)
+                await writer(b"".join(events))
+        except httpx.HTTPError:
+            pass  # the worker went away: the client's stream stays, waiting for the next one
+        finally:
+            await upstream.aclose()
+

@@ -1,0 +1,96 @@
+"""Writing answers and streams to the client: whole SSE events, keep-alives after silence, and
+the end of a stream when the client goes or the router stops."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
+
+import anyio
+import httpx
+from starlette.types import Receive, Send
+
+from router.http.sse import KEEPALIVE_COMMENT, EventSplitter
+from router.types import H_SESSION_ID, JSON
+
+if TYPE_CHECKING:
+    from router.http.exchange import Exchange
+    from router.sessions.table import Session
+
+
+async def send_start(send: Send, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+
+
+async def send_accepted(send: Send, session: Session) -> None:
+    await send_start(send, 202, [(H_SESSION_ID.encode(), session.id.encode())])
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def send_json(send: Send, body: bytes, session: Session, *, status: int) -> None:
+    headers = [(b"content-type", JSON.encode()), (H_SESSION_ID.encode(), session.id.encode())]
+    await send_start(send, status, headers)
+    await send({"type": "http.response.body", "body": body})
+
+
+class Writer:
+    """Writes body chunks and remembers when, so keep-alives go out only after silence."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.last = time.monotonic()
+
+    async def __call__(self, data: bytes) -> None:
+        self.last = time.monotonic()
+        await self.send({"type": "http.response.body", "body": data, "more_body": True})
+
+
+async def forward_events(upstream: httpx.Response, writer: Writer, exchange: Exchange | None) -> None:
+    """The worker's SSE stream, cut at event boundaries (so keep-alives never land mid-event),
+    each chunk's whole events in one write; a request's own answer passes through its exchange."""
+    splitter = EventSplitter()
+    async for chunk in upstream.aiter_raw():
+        events = splitter.feed(chunk)
+        if events:
+            if exchange is not None:
+                events = [await exchange.answer_event(e) for e in events]
+            await writer(b"".join(events))
+
+
+async def run_stream(
+    receive: Receive, writer: Writer, work: Awaitable[None], *, keepalive: float, stop: anyio.Event | None = None
+) -> None:
+    """Runs ``work`` (which writes whole events) until it ends, the client goes or ``stop`` is
+    set (a stream that never ends would hold up graceful shutdown). Meanwhile the task that
+    watches for the client's disconnect also writes a keep-alive comment after ``keepalive``
+    seconds of silence: load balancers cut idle streams after 60–125 s. The caller closes the
+    upstream afterwards."""
+    failure: list[Exception] = []
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            while True:
+                silence = time.monotonic() - writer.last
+                if silence >= keepalive:
+                    await writer(KEEPALIVE_COMMENT)
+                    continue
+                with anyio.move_on_after(keepalive - silence):
+                    if (await receive())["type"] == "http.disconnect":
+                        tg.cancel_scope.cancel()
+                        return
+
+        async def until_stop(event: anyio.Event) -> None:
+            await event.wait()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watch)
+        if stop is not None:
+            tg.start_soon(until_stop, stop)
+        try:
+            await work
+        except Exception as exc:  # re-raised outside the task group, so callers see it unwrapped
+            failure.append(exc)
+        tg.cancel_scope.cancel()
+    if failure:
+        raise failure[0]
