@@ -18,6 +18,8 @@ H_CONTENT_LENGTH: Final = "content-length"
 H_ACCEPT: Final = "accept"
 H_ORIGIN: Final = "origin"
 H_HOST: Final = "host"
+# The operator API's actions (end, hibernate) need it: a cross-site page cannot send it unpreflighted.
+ACTION_HEADER: Final = "x-mcp-router-action"
 
 JSON: Final = "application/json"
 SSE: Final = "text/event-stream"

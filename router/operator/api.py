@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -22,15 +21,17 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from router.http.errors import RouterError
+from router.layout import StateLayout
 from router.operator.memory import MemorySampler
-from router.record.call_view import call_images, fill_from_answer, tool_result
-from router.record.records import RecordNotFound, Records
+from router.record.call_view import call_images, fill_from_answer
+from router.record.records import RecordNotFound, Records, client_name
+from router.record.snapshots import tool_result
 from router.sessions.manager import SessionManager
 from router.sessions.table import ENDED, Session, State
+from router.types import ACTION_HEADER
 
 log = logging.getLogger("mcp_router.api")
 
-ACTION_HEADER: Final = "x-mcp-router-action"
 DEFAULT_LIMIT: Final = 200
 MAX_LIMIT: Final = 1000
 _SAFE_FETCH_SITES: Final = frozenset({"same-origin", "none"})
@@ -38,13 +39,6 @@ _SAFE_FETCH_SITES: Final = frozenset({"same-origin", "none"})
 
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
-
-
-def _client_name(info: dict[str, Any]) -> str | None:
-    name, version = info.get("name"), info.get("version")
-    if not name:
-        return None
-    return f"{name} {version}" if version else str(name)
 
 
 def cross_site_refusal(request: Request) -> str | None:
@@ -64,8 +58,11 @@ def cross_site_refusal(request: Request) -> str | None:
 
 
 class Api:
-    def __init__(self, manager: SessionManager, memory: MemorySampler | None = None) -> None:
+    def __init__(
+        self, manager: SessionManager, layout: StateLayout, memory: MemorySampler | None = None
+    ) -> None:
         self.manager = manager
+        self.layout = layout
         self.memory = memory or MemorySampler()
 
     def routes(self) -> list[Route]:
@@ -84,9 +81,6 @@ class Api:
     def records(self) -> Records | None:
         recorder = self.manager.recorder
         return recorder.records if recorder is not None else None
-
-    def output_dir(self, session_id: str) -> Path:
-        return self.manager.supervisor.session_dir(session_id) / "out"
 
     async def _memory(self, sessions: list[Session]) -> dict[str, int]:
         roots = {
@@ -123,7 +117,7 @@ class Api:
         row.update(
             state=live.state.value,
             live=live.state not in ENDED,
-            client=_client_name(live.client_info) or rec.get("client"),
+            client=client_name(live.client_info) or rec.get("client"),
             created=rec.get("created") or live.created,
             last_activity=max(live.last_activity, rec.get("last_activity") or 0.0),
             protocol_version=live.protocol_version or rec.get("protocol_version"),
@@ -163,10 +157,9 @@ class Api:
                 full = None
             if full is not None:
                 calls = await records.session_calls(session_id)
-                info = full.get("client_info")
                 record = {
                     **full,
-                    "client": _client_name(info if isinstance(info, dict) else {}),
+                    "client": client_name(full.get("client_info")),
                     "requests": len(calls),
                     "calls": sum(1 for c in calls if c["method"] == "tools/call"),
                     "errors": sum(1 for c in calls if c["status"] == "error"),
@@ -198,7 +191,7 @@ class Api:
         except RecordNotFound:
             return _error(404, f"unknown call {ref_id}")
         result = tool_result(call.get("result"))
-        out_dir = self.output_dir(str(call["session_id"]))
+        out_dir = self.layout.output_dir(str(call["session_id"]))
         fill_from_answer(call, result, out_dir)
         return call, call_images(result, out_dir)
 
@@ -222,9 +215,7 @@ class Api:
 
     # ---------------------------------------------------------------- actions
 
-    async def _action(
-        self, request: Request, name: str, act: Callable[[Session], Awaitable[bool]] | None
-    ) -> Response:
+    async def _action(self, request: Request, name: str, act: Callable[[Session], Awaitable[bool]]) -> Response:
         refusal = cross_site_refusal(request)
         if refusal is not None:
             return _error(403, refusal)
@@ -234,8 +225,6 @@ class Api:
             session = await self.manager.lookup(session_id)
         except RouterError:
             return _error(404, f"no live session {session_id}")
-        if act is None:
-            return _error(501, f"{name} is not available in this version of the router")
         log.info("api: %s session=%s", name, session_id, extra={"session": session_id, "event": f"api_{name}"})
         if not await act(session):
             return _error(409, f"cannot {name} session {session_id} now (state {session.state.value}, "
@@ -250,7 +239,4 @@ class Api:
         return await self._action(request, "end", end)
 
     async def hibernate(self, request: Request) -> Response:
-        # Looked up rather than called directly: the API must not break if the continuity work
-        # (issue 4) is not part of the build; then the action answers 501.
-        hibernate: Callable[[Session], Awaitable[bool]] | None = getattr(self.manager, "hibernate", None)
-        return await self._action(request, "hibernate", hibernate)
+        return await self._action(request, "hibernate", self.manager.hibernate)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,19 +44,6 @@ class CallImage:
                 return f.read(MAX_IMAGE_BYTES)
         except OSError:
             return None
-
-
-def tool_result(raw: Any) -> Mapping[str, Any] | None:
-    """The recorded result text → the tools/call result object, if it is one."""
-    parsed = raw
-    if isinstance(raw, str):
-        try:
-            parsed = json.loads(raw)
-        except ValueError:
-            return None
-    if isinstance(parsed, Mapping) and "content" not in parsed and isinstance(parsed.get("result"), Mapping):
-        parsed = parsed["result"]
-    return parsed if isinstance(parsed, Mapping) else None
 
 
 def call_images(result: Mapping[str, Any] | None, output_dir: Path | None) -> list[CallImage]:

@@ -33,7 +33,7 @@ import anyio
 
 from router.record import schema
 from router.record.records import Records
-from router.record.snapshots import extract, normalize_console
+from router.record.snapshots import extract, normalize_console, tool_result
 
 __all__ = ["Recorder", "normalize_console"]
 
@@ -361,7 +361,7 @@ class Recorder:
         status, result, page_snapshot, console_lines, error, duration_ms, output_dir, cwd = item.data
         result_text = _json(result)
         if output_dir is not None and (page_snapshot is None or console_lines is None):
-            parsed = _tool_result(result, result_text)
+            parsed = tool_result(result if isinstance(result, Mapping) else result_text)
             if parsed is not None:
                 ex = extract(parsed, Path(output_dir), cwd=cwd)
                 page_snapshot = ex.page_snapshot if page_snapshot is None else page_snapshot
@@ -379,20 +379,6 @@ class Recorder:
                 [(item.key, e["level"], e["message"], _json(e["location"]), item.ts)
                  for e in normalize_console(lines)],
             )
-
-
-def _tool_result(result: Any, text: str | None) -> Mapping[str, Any] | None:
-    """The tools/call result object, whether given parsed or as JSON text, bare or inside the
-    whole JSON-RPC message."""
-    parsed: Any = result
-    if not isinstance(result, Mapping):
-        try:
-            parsed = json.loads(text) if text else None
-        except ValueError:
-            return None
-    if isinstance(parsed, Mapping) and "content" not in parsed and isinstance(parsed.get("result"), Mapping):
-        parsed = parsed["result"]
-    return parsed if isinstance(parsed, Mapping) else None
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

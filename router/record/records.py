@@ -67,8 +67,9 @@ def _readonly_uri(db_path: Path) -> str:
     return f"{Path(os.path.abspath(db_path)).as_uri()}?mode=ro"
 
 
-def _client_name(client_info: str | None) -> str | None:
-    info = _loads(client_info)
+def client_name(client_info: Any) -> str | None:
+    """"name version" of an initialize's clientInfo, given parsed or as the recorded JSON text."""
+    info = _loads(client_info) if isinstance(client_info, str) else client_info
     if isinstance(info, dict):
         name, version = info.get("name"), info.get("version")
         if name:
@@ -141,7 +142,7 @@ class Records:
         return [
             {
                 "id": r["id"], "state": r["state"], "created": r["created"],
-                "last_activity": r["last_activity"], "client": _client_name(r["client_info"]),
+                "last_activity": r["last_activity"], "client": client_name(r["client_info"]),
                 "parent_id": r["parent_id"], "protocol_version": r["protocol_version"],
                 "worker_port": r["worker_port"], "worker_pid": r["worker_pid"],
                 "requests": r["requests"], "calls": r["calls"], "errors": r["errors"],

@@ -14,6 +14,7 @@ Modal state, Snapshot (inline ```yaml block, or ``- [Snapshot](PATH)``), Events
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ LEVELS: Final = ("debug", "info", "warn", "error")
 _SNAPSHOT_LINK = re.compile(r"^- \[Snapshot\]\((?P<path>.+)\)\s*$", re.M)
 _CONSOLE_LINK = re.compile(r"^- New console entries: (?P<path>.+?)#L(?P<a>\d+)(?:-L(?P<b>\d+))?\s*$", re.M)
 _COUNTS = re.compile(r"^- Console: (?P<e>\d+) errors?, (?P<w>\d+) warnings?", re.M)
-_URL = re.compile(r"^- Page URL: (?P<v>.*)$", re.M)
+_URL = re.compile(r"^- Page URL: (?P<v>\S+)", re.M)
 _TITLE = re.compile(r"^- Page Title: (?P<v>.*)$", re.M)
 _YAML_BLOCK = re.compile(r"```yaml\n(?P<y>.*?)\n```", re.S)
 # "[ERROR] text @ url:line" as printed by Playwright's ConsoleMessage.toString().
@@ -66,6 +67,26 @@ class Extracted:
     is_error: bool = False
     snapshot_link: str | None = None  # the raw link text, when the snapshot lives in a file
     sections: dict[str, str] = field(default_factory=dict)
+
+
+def tool_result(raw: Any) -> Mapping[str, Any] | None:
+    """The tools/call result object, whether given parsed or as JSON text/bytes, bare or inside
+    the whole JSON-RPC message; None when it is not one."""
+    parsed = raw
+    if isinstance(raw, str | bytes):
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            return None
+    if isinstance(parsed, Mapping) and "content" not in parsed and isinstance(parsed.get("result"), Mapping):
+        parsed = parsed["result"]
+    return parsed if isinstance(parsed, Mapping) else None
+
+
+def page_url(text: str) -> str | None:
+    """The last page URL a worker's answer text names (``- Page URL: ...``), if any."""
+    found = _URL.findall(text)
+    return found[-1] if found else None
 
 
 def answer_text(result: Mapping[str, Any]) -> str:
@@ -108,7 +129,7 @@ def summarize(result: Mapping[str, Any]) -> Extracted:
     inline = _YAML_BLOCK.search(snap)
     link = _SNAPSHOT_LINK.search(snap)
     counts = _COUNTS.search(page)
-    url, title = _URL.search(page), _TITLE.search(page)
+    title = _TITLE.search(page)
     content = result.get("content")
     has_image = isinstance(content, list) and any(
         isinstance(p, dict) and p.get("type") == "image" for p in content
@@ -116,7 +137,7 @@ def summarize(result: Mapping[str, Any]) -> Extracted:
     return Extracted(
         page_snapshot=inline.group("y") if inline else None,
         console_lines=_inline_console_lines(sections.get("Result", "")),
-        page_url=url.group("v").strip() if url else None,
+        page_url=page_url(page),
         page_title=title.group("v").strip() if title else None,
         console_errors=int(counts.group("e")) if counts else None,
         console_warnings=int(counts.group("w")) if counts else None,
