@@ -91,7 +91,7 @@ class McpEndpoint:
             async with self.manager.serving(session, message):
                 await self._forward_request(session, scope, receive, send, message)
         except RouterError as exc:
-            exc.request_id = message.id  # type: ignore[attr-defined]
+            exc.request_id = message.id
             raise
 
     async def _session_for(self, scope: Scope, headers: Headers, message: ClientMessage) -> Session:

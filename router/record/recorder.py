@@ -66,14 +66,8 @@ def _json(value: Any) -> str | None:
 
 
 class Recorder:
-    def __init__(
-        self, db_path: Path, *, retention_days: float = 30.0, queue_max: int = 10_000,
-        on_pruned: Callable[[list[str]], None] | None = None,
-    ) -> None:
-        """``on_pruned(session_ids)`` runs after each prune that deleted sessions (start-up, hourly,
-        explicit), so the owner can remove their ``sessions/<id>`` directories."""
+    def __init__(self, db_path: Path, *, retention_days: float = 30.0, queue_max: int = 10_000) -> None:
         self.db_path = Path(db_path)
-        self.on_pruned = on_pruned
         self.retention_days = retention_days
         self.queue_max = queue_max
         self.dropped = 0  # items refused because the queue was full
@@ -235,20 +229,15 @@ class Recorder:
             self._notify(everyone=True)  # nobody may wait forever on a stopped writer
 
     async def prune(self, now: float | None = None) -> list[str]:
-        """Delete rows older than retention_days. Returns the ids of the sessions deleted, so the
-        caller can remove their ``sessions/<id>`` directories."""
+        """Delete rows older than retention_days. Returns the ids of the sessions deleted. (A
+        session's directory is not the record's: the session lifecycle removes it on its own,
+        shorter, retention.)"""
         cutoff = (time.time() if now is None else now) - self.retention_days * 86400.0
         try:
-            ids = await self.call_in_writer(lambda conn: schema.prune(conn, cutoff))
+            return await self.call_in_writer(lambda conn: schema.prune(conn, cutoff))
         except Exception as exc:
             log.warning("recorder: prune failed: %s", exc)
             return []
-        if ids and self.on_pruned is not None:
-            try:
-                self.on_pruned(ids)
-            except Exception:
-                log.exception("recorder: on_pruned callback failed")
-        return ids
 
     async def _prune_loop(self) -> None:
         while True:
