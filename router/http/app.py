@@ -67,7 +67,7 @@ def create_app(settings: Settings) -> Starlette:
     if settings.record:
         from router.record.recorder import Recorder
 
-        recorder = Recorder(layout.db, retention_days=settings.retention_days)
+        recorder = Recorder(layout.db, layout=layout, retention_days=settings.retention_days)
     metrics = Metrics()
     manager = SessionManager(
         supervisor=supervisor,

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -24,6 +24,7 @@ from router.http.errors import RouterError
 from router.layout import StateLayout
 from router.operator.memory import MemorySampler
 from router.record.call_view import call_images, fill_from_answer
+from router.record.files import IMAGE_MIMES, KeptFile, read_kept
 from router.record.records import RecordNotFound, Records, client_name
 from router.record.snapshots import tool_result
 from router.sessions.manager import SessionManager
@@ -35,6 +36,11 @@ log = logging.getLogger("mcp_router.api")
 DEFAULT_LIMIT: Final = 200
 MAX_LIMIT: Final = 1000
 _SAFE_FETCH_SITES: Final = frozenset({"same-origin", "none"})
+# The bytes came from a browser-driven process: never let them run as a document.
+FILE_HEADERS: Final = {
+    "x-content-type-options": "nosniff", "content-security-policy": "default-src 'none'",
+    "cache-control": "private, max-age=3600",
+}
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -73,6 +79,7 @@ class Api:
             Route("/api/sessions/{session_id}/hibernate", self.hibernate, methods=["POST"]),
             Route("/api/calls/{ref_id}", self.call, methods=["GET"]),
             Route("/api/calls/{ref_id}/images/{n:int}", self.image, methods=["GET"]),
+            Route("/api/calls/{ref_id}/files/{name}", self.file, methods=["GET"]),
         ]
 
     # ---------------------------------------------------------------- helpers
@@ -105,6 +112,7 @@ class Api:
             "requests": rec.get("requests"),
             "parent_id": rec.get("parent_id"),
             "protocol_version": rec.get("protocol_version"),
+            "last_resume": rec.get("last_resume"),
             "worker_pid": None,
             "worker_port": None,
             "memory_bytes": None,
@@ -150,6 +158,7 @@ class Api:
         records = self.records
         record: dict[str, Any] | None = None
         calls: list[dict[str, Any]] = []
+        events: list[dict[str, Any]] = []
         if records is not None:
             try:
                 full = await records.get_session(session_id)
@@ -164,10 +173,13 @@ class Api:
                     "calls": sum(1 for c in calls if c["method"] == "tools/call"),
                     "errors": sum(1 for c in calls if c["status"] == "error"),
                 }
+                events = await records.session_events(session_id)
+                resumes = [e["detail"] for e in events if e["kind"] == "resumed"]
+                record["last_resume"] = resumes[-1] if resumes else None
         if record is None and live is None:
             return _error(404, f"unknown session {session_id}")
         memory = await self._memory([live]) if live is not None else {}
-        return JSONResponse({"session": self._row(record, live, memory), "calls": calls})
+        return JSONResponse({"session": self._row(record, live, memory), "calls": calls, "events": events})
 
     async def call(self, request: Request) -> Response:
         ref_id = request.path_params["ref_id"]
@@ -180,6 +192,8 @@ class Api:
              "name": img.name}
             for n, img in enumerate(images)
         ]
+        for f in call["files"]:
+            f["url"] = f"/api/calls/{ref_id}/files/{quote(f['name'])}"
         return JSONResponse({"call": call})
 
     async def _call(self, ref_id: str) -> tuple[dict[str, Any], list[Any]] | Response:
@@ -193,7 +207,8 @@ class Api:
         result = tool_result(call.get("result"))
         out_dir = self.layout.output_dir(str(call["session_id"]))
         fill_from_answer(call, result, out_dir)
-        return call, call_images(result, out_dir)
+        kept = [KeptFile(**f) for f in call["files"]]
+        return call, call_images(result, out_dir, kept=kept, files_dir=self.layout.files_dir(ref_id))
 
     async def image(self, request: Request) -> Response:
         found = await self._call(request.path_params["ref_id"])
@@ -206,12 +221,24 @@ class Api:
         data = images[n].read()
         if data is None:
             return _error(404, "the image file is gone (its session's files were removed)")
-        return Response(
-            data, media_type=images[n].mime,
-            # The bytes came from a browser-driven process: never let them run as a document.
-            headers={"x-content-type-options": "nosniff", "content-security-policy": "default-src 'none'",
-                     "cache-control": "private, max-age=3600"},
-        )
+        return Response(data, media_type=images[n].mime, headers=FILE_HEADERS)
+
+    async def file(self, request: Request) -> Response:
+        """A file the recorder kept for the call. Only names the record lists are served."""
+        ref_id, name = request.path_params["ref_id"], request.path_params["name"]
+        found = await self._call(ref_id)
+        if isinstance(found, Response):
+            return found
+        call, _ = found
+        listed = next((f for f in call["files"] if f["name"] == name), None)
+        if listed is None:
+            return _error(404, "no such file")
+        data = read_kept(self.layout.files_dir(ref_id), name)
+        if data is None:
+            return _error(404, "the file is gone")
+        disposition = "inline" if listed["mime"] in IMAGE_MIMES.values() else "attachment"
+        return Response(data, media_type=listed["mime"],
+                        headers={**FILE_HEADERS, "content-disposition": f'{disposition}; filename="{name}"'})
 
     # ---------------------------------------------------------------- actions
 

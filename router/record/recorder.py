@@ -31,7 +31,9 @@ from typing import Any, Final, TypeVar
 
 import anyio
 
-from router.record import schema
+from router.layout import StateLayout
+from router.record import files, schema
+from router.record.call_view import inline_images
 from router.record.records import Records
 from router.record.snapshots import extract, normalize_console, tool_result
 
@@ -49,7 +51,7 @@ MAX_PENDING_FAILURES: Final = 100
 
 @dataclass(frozen=True, slots=True)
 class _Item:
-    kind: str  # "open" | "state" | "activity" | "request" | "response"
+    kind: str  # "open" | "state" | "activity" | "resumed" | "request" | "response"
     ts: float
     key: str  # session id or ref_id, for failure messages
     data: tuple[Any, ...]
@@ -66,8 +68,14 @@ def _json(value: Any) -> str | None:
 
 
 class Recorder:
-    def __init__(self, db_path: Path, *, retention_days: float = 30.0, queue_max: int = 10_000) -> None:
+    def __init__(
+        self, db_path: Path, *, layout: StateLayout | None = None, retention_days: float = 30.0,
+        queue_max: int = 10_000,
+    ) -> None:
+        """``layout``: where the files a call linked are kept (``layout.files_dir(ref_id)``);
+        without one, only snapshots and console text are kept."""
         self.db_path = Path(db_path)
+        self.layout = layout
         self.retention_days = retention_days
         self.queue_max = queue_max
         self.dropped = 0  # items refused because the queue was full
@@ -103,6 +111,13 @@ class Recorder:
 
     def session_activity(self, session_id: str) -> None:
         self._put("activity", session_id, ())
+
+    def session_resumed(self, session_id: str, reason: str) -> None:
+        """The session got a worker again; ``reason`` is one of schema.RESUME_REASONS ("idle",
+        "crash", "hibernation", "router-restart", "new-browser"). Kept as a session event."""
+        if reason not in schema.RESUME_REASONS:
+            log.warning("recorder: unknown resume reason %r for session=%s", reason, session_id)
+        self._put("resumed", session_id, (reason,))
 
     def request(
         self, ref_id: str, session_id: str, method: str, tool: str | None, params: Any
@@ -234,7 +249,7 @@ class Recorder:
         shorter, retention.)"""
         cutoff = (time.time() if now is None else now) - self.retention_days * 86400.0
         try:
-            return await self.call_in_writer(lambda conn: schema.prune(conn, cutoff))
+            return await self.call_in_writer(lambda conn: self._prune(conn, cutoff))
         except Exception as exc:
             log.warning("recorder: prune failed: %s", exc)
             return []
@@ -247,6 +262,12 @@ class Recorder:
                 log.info("recorder: pruned %d session(s)", len(pruned))
 
     # ---------------------------------------------------------------- writer thread
+
+    def _prune(self, conn: sqlite3.Connection, cutoff: float) -> list[str]:
+        refs = schema.prune_files(conn, cutoff)
+        if self.layout is not None:
+            files.remove(self.layout.files_dir(ref) for ref in refs)
+        return schema.prune(conn, cutoff)
 
     def _write_batch(self, batch: list[_Item]) -> None:
         """One transaction for the batch. Never raises: a failure is counted, logged and kept for
@@ -331,6 +352,12 @@ class Recorder:
             )
         elif item.kind == "activity":
             conn.execute("UPDATE sessions SET last_activity = max(last_activity, ?) WHERE id = ?", (ts, key))
+        elif item.kind == "resumed":
+            conn.execute(
+                "INSERT INTO session_events (session_id, ts, kind, detail) VALUES (?, ?, 'resumed', ?)",
+                (key, ts, d[0]),
+            )
+            conn.execute("UPDATE sessions SET last_activity = max(last_activity, ?) WHERE id = ?", (ts, key))
         elif item.kind == "request":
             session_id, method, tool, params = d
             conn.execute(
@@ -349,13 +376,14 @@ class Recorder:
     def _apply_response(self, conn: sqlite3.Connection, item: _Item) -> None:
         status, result, page_snapshot, console_lines, error, duration_ms, output_dir, cwd = item.data
         result_text = _json(result)
-        if output_dir is not None and (page_snapshot is None or console_lines is None):
-            parsed = tool_result(result if isinstance(result, Mapping) else result_text)
-            if parsed is not None:
-                ex = extract(parsed, Path(output_dir), cwd=cwd)
-                page_snapshot = ex.page_snapshot if page_snapshot is None else page_snapshot
-                if console_lines is None and ex.console_lines:
-                    console_lines = ex.console_lines
+        parsed = tool_result(result if isinstance(result, Mapping) else result_text) if output_dir else None
+        if parsed is not None and (page_snapshot is None or console_lines is None):
+            ex = extract(parsed, Path(output_dir), cwd=cwd)
+            page_snapshot = ex.page_snapshot if page_snapshot is None else page_snapshot
+            if console_lines is None and ex.console_lines:
+                console_lines = ex.console_lines
+        if parsed is not None and self.layout is not None:
+            self._keep_files(conn, item, parsed, Path(output_dir), cwd)
         lines = list(console_lines) if console_lines else None
         conn.execute(
             """INSERT INTO responses (ref_id, status, result, page_snapshot, console_logs, error, ts,
@@ -368,6 +396,24 @@ class Recorder:
                 [(item.key, e["level"], e["message"], _json(e["location"]), item.ts)
                  for e in normalize_console(lines)],
             )
+
+
+    def _keep_files(
+        self, conn: sqlite3.Connection, item: _Item, result: Mapping[str, Any], output_dir: Path,
+        cwd: Path | None,
+    ) -> None:
+        """Copies what the answer linked; a file that cannot be kept never costs the call's row."""
+        assert self.layout is not None
+        try:
+            inline = [img.data for img in inline_images(result) if img.data is not None]
+            kept = files.keep_linked(result, output_dir, self.layout.files_dir(item.key), cwd=cwd, inline=inline)
+        except Exception as exc:
+            self._note_failure(f"files {item.key}", repr(exc))
+            return
+        conn.executemany(
+            "INSERT OR REPLACE INTO call_files (ref_id, name, title, mime, size, ts) VALUES (?, ?, ?, ?, ?, ?)",
+            [(item.key, f.name, f.title, f.mime, f.size, item.ts) for f in kept],
+        )
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

@@ -25,6 +25,8 @@ MAX_FILE_BYTES: Final = 16 * 1024 * 1024  # a runaway snapshot must not exhaust 
 LEVELS: Final = ("debug", "info", "warn", "error")
 
 _SNAPSHOT_LINK = re.compile(r"^- \[Snapshot\]\((?P<path>.+)\)\s*$", re.M)
+# Every file the worker writes is linked as "- [Title](path)" (screenshots, pdfs, snapshots...).
+_FILE_LINK = re.compile(r"^- \[(?P<title>[^\]\n]*)\]\((?P<path>[^)\n]+)\)\s*$", re.M)
 _CONSOLE_LINK = re.compile(r"^- New console entries: (?P<path>.+?)#L(?P<a>\d+)(?:-L(?P<b>\d+))?\s*$", re.M)
 _COUNTS = re.compile(r"^- Console: (?P<e>\d+) errors?, (?P<w>\d+) warnings?", re.M)
 _URL = re.compile(r"^- Page URL: (?P<v>\S+)", re.M)
@@ -97,6 +99,12 @@ def answer_text(result: Mapping[str, Any]) -> str:
     return "\n".join(
         str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"
     )
+
+
+def file_links(result: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(title, raw path)`` of every file link in the answer, in order (unresolved: callers pass
+    the path to ``resolve_inside``)."""
+    return [(m.group("title"), m.group("path").strip()) for m in _FILE_LINK.finditer(answer_text(result))]
 
 
 def split_sections(text: str) -> dict[str, str]:
