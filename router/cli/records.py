@@ -44,20 +44,22 @@ def _run(args: argparse.Namespace, job: str) -> int:
         print(f"no record yet at {path} (start the router first, or pass --state-dir)", file=sys.stderr)
         return 1
     try:
-        return asyncio.run(_job(path, args, job))
+        return asyncio.run(_job(layout(args), args, job))
     except RecordNotFound as exc:
         print(f"not found: {exc}", file=sys.stderr)
         return 1
 
 
-async def _job(path: Path, args: argparse.Namespace, job: str) -> int:
-    async with Records.open(path, readonly=True) as records:
+async def _job(state: StateLayout, args: argparse.Namespace, job: str) -> int:
+    async with Records.open(state.db, readonly=True) as records:
         if job == "sessions":
             print(reports.format_sessions_table(await records.list_sessions(limit=args.limit)))
         elif job == "show":
             session = await records.get_session(args.session_id)
             print(f"session {session['id']}  state={session['state']}")
-            print(reports.format_timeline(await records.session_calls(args.session_id)))
+            calls = await records.session_calls(args.session_id)
+            events = await records.session_events(args.session_id)
+            print(reports.format_timeline(calls, events=events, files_dir=state.files_dir))
         else:
             async for line in records.export_session(args.session_id):
                 sys.stdout.write(line + "\n")

@@ -235,6 +235,25 @@ def test_linked_files_outlive_the_output_dir(rec_router: RouterThread) -> None:
     assert next(t for t in timeline if t["ref_id"] == ref_id)["files"] == ["shot.png", "page.pdf"]
 
 
+def test_the_session_view_tells_why_it_resumed(rec_router: RouterThread) -> None:
+    state = Path(rec_router.settings.state_dir).resolve()
+    _record_call(state / "router.db", "resumed-session", "resumed-ref", {"content": []})
+    conn = sqlite3.connect(state / "router.db", timeout=10)
+    with conn:
+        conn.executemany(
+            "INSERT INTO session_events (session_id, ts, kind, detail) VALUES ('resumed-session', ?, 'resumed', ?)",
+            [(time.time() + i, reason) for i, reason in enumerate(("idle", "crash", "router-restart"))],
+        )
+    conn.close()
+    body = api(rec_router, "/api/sessions/resumed-session").json()
+    assert [(e["kind"], e["detail"]) for e in body["events"]] == [
+        ("resumed", "idle"), ("resumed", "crash"), ("resumed", "router-restart"),
+    ]
+    assert body["session"]["last_resume"] == "router-restart"
+    row = next(r for r in api(rec_router, "/api/sessions").json()["sessions"] if r["id"] == "resumed-session")
+    assert row["last_resume"] == "router-restart"
+
+
 def test_ui_is_served_with_a_strict_csp(rec_router: RouterThread) -> None:
     redirect = httpx.get(base_url(rec_router) + "/ui", trust_env=False)
     assert redirect.status_code == 308 and redirect.headers["location"] == "/ui/"
