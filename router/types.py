@@ -12,12 +12,9 @@ MCP_ENDPOINT: Final = "/mcp"
 # Header names, lower-case as ASGI delivers them.
 H_SESSION_ID: Final = "mcp-session-id"
 H_PROTOCOL_VERSION: Final = "mcp-protocol-version"
-H_LAST_EVENT_ID: Final = "last-event-id"
-H_CONTENT_TYPE: Final = "content-type"
 H_CONTENT_LENGTH: Final = "content-length"
-H_ACCEPT: Final = "accept"
-H_ORIGIN: Final = "origin"
-H_HOST: Final = "host"
+# The operator API's actions (end, hibernate) need it: a cross-site page cannot send it unpreflighted.
+ACTION_HEADER: Final = "x-mcp-router-action"
 
 JSON: Final = "application/json"
 SSE: Final = "text/event-stream"
@@ -25,7 +22,6 @@ SSE: Final = "text/event-stream"
 # Revisions with a session handshake; 2026-07-28 is sessionless and is answered with 400 so
 # clients fall back to initialize.
 HANDSHAKE_VERSIONS: Final = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"})
-DEFAULT_NEGOTIATED_VERSION: Final = "2025-03-26"
 
 # Streaming headers every SSE answer carries, so no proxy in between buffers or compresses it.
 SSE_HEADERS: Final = (

@@ -1,6 +1,7 @@
-"""Restart policy per session (issue 4): at most N restarts in a sliding window, with backoff.
+"""Restart policy per session: at most N restarts in a sliding window, with backoff; and the
+liveness probe the router runs on each worker.
 
-Pure logic with an injectable clock, so the router decides when to respawn and tests need no
+The policy is pure logic with an injectable clock, so the router decides when to respawn and tests need no
 sleeping. Past the budget a session is "degraded": answer 503 with ``retry_after()``.
 """
 
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Final
 
 import anyio
 
-from .ports import LOOPBACK
+from .ports import accepts
 
 if TYPE_CHECKING:
     from .supervisor import Worker
@@ -31,12 +32,7 @@ async def probe(worker: Worker) -> bool:
     if not worker.alive():
         return False
     with anyio.move_on_after(PROBE_TIMEOUT):
-        try:
-            stream = await anyio.connect_tcp(LOOPBACK, worker.port)
-        except OSError:
-            return False
-        await stream.aclose()
-        return True
+        return await accepts(worker.port)
     return False
 
 

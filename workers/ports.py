@@ -11,17 +11,30 @@ import socket
 import threading
 from collections.abc import Callable, Collection
 
+import anyio
+
 from ._exceptions import NoPortAvailable
 
-__all__ = ["PORT_MIN", "PORT_SPAN", "PortAllocator", "derive_port", "port_is_bindable"]
+__all__ = ["PORT_MIN", "PORT_SPAN", "PortAllocator", "accepts", "derive_port", "port_is_bindable"]
 
 PORT_MIN, PORT_SPAN = 20000, 20000
 LOOPBACK = "127.0.0.1"
 
 
-def derive_port(session_id: str) -> int:
+def derive_port(session_id: str, port_min: int = PORT_MIN, span: int = PORT_SPAN) -> int:
     digest = hashlib.sha256(session_id.encode("utf-8")).hexdigest()
-    return PORT_MIN + int(digest[:4], 16) % PORT_SPAN
+    return port_min + int(digest[:4], 16) % span
+
+
+async def accepts(port: int, host: str = LOOPBACK) -> bool:
+    """True when something accepts a TCP connection on ``host:port`` now. No timeout of its own:
+    loopback refuses or accepts at once unless the listener is wedged, which callers bound."""
+    try:
+        stream = await anyio.connect_tcp(host, port)
+    except OSError:
+        return False
+    await stream.aclose()
+    return True
 
 
 def port_is_bindable(port: int, host: str = LOOPBACK) -> bool:
@@ -61,16 +74,12 @@ class PortAllocator:
         self._held: dict[int, str] = {}
         self._lock = threading.Lock()
 
-    def derive(self, session_id: str) -> int:
-        digest = hashlib.sha256(session_id.encode("utf-8")).hexdigest()
-        return self._min + int(digest[:4], 16) % self._span
-
     def allocate(self, session_id: str, *, exclude: Collection[int] = ()) -> int:
         """The derived port, or the next one onward (wrapping) that is neither held nor busy.
 
         ``exclude`` lets a caller skip a port that just failed at the worker's own bind.
         """
-        start = self.derive(session_id) - self._min
+        start = derive_port(session_id, self._min, self._span) - self._min
         with self._lock:
             for step in range(self._span):
                 port = self._min + (start + step) % self._span

@@ -16,7 +16,7 @@ import anyio.to_thread
 
 from . import orphans
 from ._exceptions import ReadyTimeout, SpawnError, SupervisorNotRunning
-from .ports import LOOPBACK, PortAllocator
+from .ports import LOOPBACK, PortAllocator, accepts
 from .process import ChildProcess, group_listens_on
 from .spec import WorkerSpec
 
@@ -143,6 +143,12 @@ class Supervisor:
     def session_dir(self, session_id: str) -> Path:
         return self.state_dir / "sessions" / session_id
 
+    def output_dir(self, session_id: str) -> Path:
+        return self.session_dir(session_id) / "out"
+
+    def profile_dir(self, session_id: str) -> Path:
+        return self.session_dir(session_id) / "profile"
+
     # -- spawn / stop --------------------------------------------------------------------------
 
     def _lock(self, session_id: str) -> anyio.Lock:
@@ -177,8 +183,7 @@ class Supervisor:
         raise AssertionError("unreachable")
 
     async def _start(self, session_id: str, port: int) -> Worker:
-        base = self.session_dir(session_id)
-        output_dir, profile_dir = base / "out", base / "profile"
+        output_dir, profile_dir = self.output_dir(session_id), self.profile_dir(session_id)
         output_dir.mkdir(parents=True, exist_ok=True)
         profile_dir.mkdir(parents=True, exist_ok=True)
         argv = self.spec.render(
@@ -221,7 +226,7 @@ class Supervisor:
                         stderr_tail=child.stderr_tail(),
                         returncode=child.returncode,
                     )
-                if await self._accepts(port) and group_listens_on(child.pgid, port):
+                if await accepts(port) and group_listens_on(child.pgid, port):
                     return
                 await anyio.sleep(READY_POLL)
         raise ReadyTimeout(
@@ -229,15 +234,6 @@ class Supervisor:
             session_id=session_id,
             stderr_tail=child.stderr_tail(),
         )
-
-    @staticmethod
-    async def _accepts(port: int) -> bool:
-        try:
-            stream = await anyio.connect_tcp(LOOPBACK, port)
-        except OSError:
-            return False
-        await stream.aclose()
-        return True
 
     async def _discard(self, child: ChildProcess) -> None:
         """Kill a child that never became a Worker, and everything below it."""

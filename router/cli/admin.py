@@ -1,7 +1,7 @@
 """Ending a session for good from the command line (`mcp-router sessions --end ID`).
 
 A running router owns its sessions, so the command asks it through the operator API
-(``POST /api/sessions/{id}/end``, router/api.py, with its action header);
+(``POST /api/sessions/{id}/end``, router/operator/api.py, with its action header);
 it finds the router through ``router.json`` in the state dir, written while the router runs.
 With no router running, the command marks the session closed in the record and deletes its files.
 """
@@ -20,21 +20,19 @@ from typing import Final
 
 import httpx
 
-from router.operator.api import ACTION_HEADER
+from router.cli.api_client import base_url
+from router.layout import StateLayout
 from router.record import schema
-from router.sessions.table import MINTED_ID_RE
+from router.types import ACTION_HEADER
 
-ROUTER_FILE: Final = "router.json"
-DB_NAME: Final = "router.db"
 ADMIN_TIMEOUT: Final = 30.0  # ending a session waits for its worker's grace period
 
 
 @contextmanager
-def router_file(state_dir: Path, host: str, port: int) -> Iterator[None]:
+def router_file(layout: StateLayout, host: str, port: int) -> Iterator[None]:
     """Says where this router listens, for as long as it runs."""
-    path = state_dir / ROUTER_FILE
-    connect_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-    path.write_text(json.dumps({"pid": os.getpid(), "url": f"http://{connect_host}:{port}", "started": time.time()}))
+    path = layout.router_file
+    path.write_text(json.dumps({"pid": os.getpid(), "url": base_url(host, port), "started": time.time()}))
     try:
         yield
     finally:
@@ -43,7 +41,7 @@ def router_file(state_dir: Path, host: str, port: int) -> Iterator[None]:
 
 def running_router(state_dir: Path) -> str | None:
     try:
-        data = json.loads((state_dir / ROUTER_FILE).read_text())
+        data = json.loads(StateLayout(state_dir).router_file.read_text())
         os.kill(int(data["pid"]), 0)
     except (OSError, ValueError, KeyError, TypeError):
         return None  # no file, or its router died without removing it (SIGKILL)
@@ -73,11 +71,13 @@ def end_session(state_dir: Path, session_id: str) -> tuple[bool, str]:
 
 
 def _end_offline(state_dir: Path, session_id: str) -> tuple[bool, str]:
-    if not MINTED_ID_RE.fullmatch(session_id):
+    layout = StateLayout(state_dir)
+    try:
+        session_dir = layout.session_dir(session_id)
+    except ValueError:
         return False, f"no such session {session_id}"
-    session_dir = state_dir / "sessions" / session_id
     found = session_dir.is_dir()
-    db = state_dir / DB_NAME
+    db = layout.db
     if db.exists():
         conn = schema.connect(db)
         try:

@@ -11,8 +11,13 @@ TIMEOUT: Final = 1.0  # a CLI must not hang on a router that is not there; loopb
 _CONNECT_HOSTS: Final = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 
 
+def connect_host(host: str) -> str:
+    """The address a client on this machine dials for a router bound to ``host``."""
+    return _CONNECT_HOSTS.get(host, host)
+
+
 def base_url(host: str, port: int) -> str:
-    target = _CONNECT_HOSTS.get(host, host)
+    target = connect_host(host)
     return f"http://[{target}]:{port}" if ":" in target else f"http://{target}:{port}"
 
 
@@ -25,7 +30,7 @@ def fetch_live_sessions(host: str, port: int, *, timeout: float = TIMEOUT) -> li
 
 
 def fetch_live_sessions_at(url: str, *, timeout: float = TIMEOUT) -> list[dict[str, Any]] | None:
-    """The same from a base URL, e.g. the one ``router.admin.running_router(state_dir)`` finds."""
+    """The same from a base URL, e.g. the one ``router.cli.admin.running_router(state_dir)`` finds."""
     try:
         response = httpx.get(f"{url.rstrip('/')}/api/sessions", timeout=timeout, trust_env=False)
         if response.status_code != 200:

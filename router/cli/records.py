@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from router.cli import reports
+from router.layout import StateLayout
 from router.record.records import RecordNotFound, Records
 from router.settings import Settings
-
-DB_NAME = "router.db"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,9 +30,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=_export)
 
 
+def layout(args: argparse.Namespace) -> StateLayout:
+    return StateLayout(Path(args.state_dir) if args.state_dir else Settings().state_dir)
+
+
 def db_path(args: argparse.Namespace) -> Path:
-    state_dir = Path(args.state_dir) if args.state_dir else Settings().state_dir
-    return state_dir / DB_NAME
+    return layout(args).db
 
 
 def _run(args: argparse.Namespace, job: str) -> int:
@@ -42,20 +44,22 @@ def _run(args: argparse.Namespace, job: str) -> int:
         print(f"no record yet at {path} (start the router first, or pass --state-dir)", file=sys.stderr)
         return 1
     try:
-        return asyncio.run(_job(path, args, job))
+        return asyncio.run(_job(layout(args), args, job))
     except RecordNotFound as exc:
         print(f"not found: {exc}", file=sys.stderr)
         return 1
 
 
-async def _job(path: Path, args: argparse.Namespace, job: str) -> int:
-    async with Records.open(path, readonly=True) as records:
+async def _job(state: StateLayout, args: argparse.Namespace, job: str) -> int:
+    async with Records.open(state.db, readonly=True) as records:
         if job == "sessions":
             print(reports.format_sessions_table(await records.list_sessions(limit=args.limit)))
         elif job == "show":
             session = await records.get_session(args.session_id)
             print(f"session {session['id']}  state={session['state']}")
-            print(reports.format_timeline(await records.session_calls(args.session_id)))
+            calls = await records.session_calls(args.session_id)
+            events = await records.session_events(args.session_id)
+            print(reports.format_timeline(calls, events=events, files_dir=state.files_dir))
         else:
             async for line in records.export_session(args.session_id):
                 sys.stdout.write(line + "\n")
@@ -66,10 +70,10 @@ def _sessions(args: argparse.Namespace) -> int:
     if args.end:
         from router.cli import admin
 
-        ok, message = admin.end_session(db_path(args).parent, args.end)
+        ok, message = admin.end_session(layout(args).root, args.end)
         print(message, file=sys.stdout if ok else sys.stderr)
         return 0 if ok else 1
-    live = _live_sessions(db_path(args).parent)
+    live = _live_sessions(layout(args).root)
     if live is not None:
         # A running router knows more than the file: live state, worker pid/port, memory.
         print(reports.format_sessions_table(live[: args.limit]))

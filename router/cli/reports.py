@@ -4,8 +4,9 @@ router.record.records; output: a string without a trailing newline."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, tzinfo
+from pathlib import Path
 from typing import Any
 
 PARAMS_WIDTH = 60
@@ -62,18 +63,34 @@ def _short(value: Any, width: int = PARAMS_WIDTH) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def format_timeline(rows: Sequence[Mapping[str, Any]], *, tz: tzinfo | None = None) -> str:
-    """One line per request: time, ref_id, tool (or method), status, duration, arguments."""
-    if not rows:
+def format_timeline(
+    rows: Sequence[Mapping[str, Any]], *, events: Sequence[Mapping[str, Any]] = (),
+    files_dir: Callable[[str], Path] | None = None, tz: tzinfo | None = None,
+) -> str:
+    """One line per request: time, ref_id, tool (or method), status, duration, arguments; the
+    session's events (why it resumed) in time order between them; under a call, the files the
+    record kept for it (``files_dir(ref_id) / name``)."""
+    if not rows and not events:
         return "no calls recorded"
-    body = []
-    for r in rows:
+    entries: list[tuple[float, int, list[str], list[str]]] = []
+    for i, r in enumerate(rows):
         params = r.get("params")
         args = params.get("arguments") if isinstance(params, Mapping) and r.get("tool") else params
         duration = r.get("duration_ms")
-        body.append([
+        line = [
             format_ts(r.get("ts"), tz), str(r["ref_id"]), str(r.get("tool") or r.get("method")),
             str(r.get("status") or "pending"), "-" if duration is None else f"{duration:.0f} ms",
             _short(r.get("error")) if r.get("status") == "error" and r.get("error") else _short(args),
-        ])
-    return _table(["TIME", "REF_ID", "CALL", "STATUS", "DURATION", "DETAIL"], body, frozenset({4}))
+        ]
+        kept = [f"  file: {files_dir(str(r['ref_id'])) / name if files_dir else name}" for name in r.get("files") or ()]
+        entries.append((r.get("ts") or 0.0, i, line, kept))
+    for e in events:
+        what = f"{e.get('kind')} ({e['detail']})" if e.get("detail") else str(e.get("kind"))
+        entries.append((e.get("ts") or 0.0, -1, [format_ts(e.get("ts"), tz), "-", what, "", "", ""], []))
+    entries.sort(key=lambda t: (t[0], t[1]))
+    table = _table(["TIME", "REF_ID", "CALL", "STATUS", "DURATION", "DETAIL"], [e[2] for e in entries],
+                   frozenset({4})).split("\n")
+    out = table[:2]
+    for text, (_, _, _, kept) in zip(table[2:], entries, strict=True):
+        out += [text, *kept]
+    return "\n".join(out)

@@ -19,6 +19,7 @@ from router.http.errors import ServiceUnavailable
 from router.http.exchange import ExchangeHooks
 from router.http.security import OriginPolicy, SecurityMiddleware
 from router.http.tool_policy import ToolPolicy
+from router.layout import StateLayout
 from router.operator.api import Api
 from router.operator.metrics import Metrics, TimedEndpoint
 from router.operator.ui import Ui
@@ -28,8 +29,6 @@ from router.settings import Settings
 from router.types import MCP_ENDPOINT
 from workers.spec import WorkerSpec, default_cli_path, playwright_argv
 from workers.supervisor import Supervisor
-
-DB_NAME = "router.db"
 
 
 def build_supervisor(settings: Settings) -> Supervisor:
@@ -65,7 +64,7 @@ def handshake_fingerprint(supervisor: Supervisor) -> str:
 
 
 def continuity_options(settings: Settings) -> dict[str, Any]:
-    """The manager's issue-4 knobs: live-worker cap, retention, health checks, restart budget."""
+    """The manager's continuity knobs: live-worker cap, retention, health checks, restart budget."""
     return {
         "max_live_workers": settings.max_live_workers,
         "warm_workers": settings.warm_workers,
@@ -76,25 +75,26 @@ def continuity_options(settings: Settings) -> dict[str, Any]:
 
 
 def create_app(settings: Settings) -> Starlette:
-    state_dir = Path(settings.state_dir)
-    state_dir.mkdir(parents=True, exist_ok=True)
+    layout = StateLayout(Path(settings.state_dir))
+    layout.root.mkdir(parents=True, exist_ok=True)
     supervisor = build_supervisor(settings)
     recorder = None
     if settings.record:
         from router.record.recorder import Recorder
 
-        recorder = Recorder(state_dir / DB_NAME, retention_days=settings.retention_days)
+        recorder = Recorder(layout.db, layout=layout, retention_days=settings.retention_days)
     metrics = Metrics()
     manager = SessionManager(
         supervisor=supervisor,
         recorder=recorder,
-        handshakes=HandshakeCache(state_dir, handshake_fingerprint(supervisor)),
+        handshakes=HandshakeCache(layout.root, handshake_fingerprint(supervisor)),
+        layout=layout,
         idle_timeout=settings.idle_timeout,
         max_sessions=settings.max_sessions,
         metrics=metrics,
         **continuity_options(settings),
     )
-    metrics.watch(manager, state_dir / DB_NAME if recorder is not None else None)
+    metrics.watch(manager, layout.db if recorder is not None else None)
     hooks = ExchangeHooks(
         recorder=recorder,
         metrics=metrics,
@@ -120,7 +120,7 @@ def create_app(settings: Settings) -> Starlette:
             if recorder is not None:
                 await stack.enter_async_context(recorder.run())
             await stack.enter_async_context(manager.run())
-            stack.enter_context(admin.router_file(state_dir, settings.host, settings.port))
+            stack.enter_context(admin.router_file(layout, settings.host, settings.port))
             yield
 
     async def healthz(request: Request) -> JSONResponse:
@@ -138,7 +138,7 @@ def create_app(settings: Settings) -> Starlette:
             Route(MCP_ENDPOINT, TimedEndpoint(endpoint, metrics), methods=None),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/metrics", metrics.endpoint, methods=["GET"]),
-            *Api(manager).routes(),
+            *Api(manager, layout).routes(),
             *Ui().routes(),
         ],
         middleware=[

@@ -84,7 +84,7 @@ class McpEndpoint:
             else:
                 raise MethodNotAllowed(f"Method {method} not allowed", headers={"Allow": ALLOWED_METHODS})
         except RouterError as exc:
-            await exc.response(getattr(exc, "request_id", None))(scope, receive, send)
+            await exc.response()(scope, receive, send)
 
     # -- POST ---------------------------------------------------------------------------------
 
@@ -116,7 +116,7 @@ class McpEndpoint:
             async with self.manager.serving(session, message):
                 await self._forward_request(session, scope, receive, send, exchange)
         except RouterError as exc:
-            exc.request_id = message.id  # type: ignore[attr-defined]
+            exc.request_id = message.id
             raise
 
     async def _initialize(self, scope: Scope, message: ClientMessage, send: Send) -> None:

@@ -40,20 +40,27 @@ def error_body(code: int, message: str, data: Any = None, id: JsonRpcId = None) 
 
 
 class RouterError(Exception):
+    """``request_id``: the JSON-RPC id of the request that failed, when it was read before the
+    failure; the error body answers that id. Set at raise time or later by whoever knows it."""
+
     status: ClassVar[int] = 500
     code: ClassVar[int] = INTERNAL_ERROR
+    request_id: JsonRpcId
 
     def __init__(
-        self, message: str, *, data: Any = None, headers: dict[str, str] | None = None
+        self, message: str, *, data: Any = None, headers: dict[str, str] | None = None,
+        request_id: JsonRpcId = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.data = data
         self.headers = headers or {}
+        self.request_id = request_id
 
     def response(self, id: JsonRpcId = None) -> Response:
+        """The error as an HTTP response; ``id`` overrides ``request_id``."""
         return Response(
-            error_body(self.code, self.message, self.data, id),
+            error_body(self.code, self.message, self.data, self.request_id if id is None else id),
             status_code=self.status,
             media_type="application/json",
             headers=self.headers,
@@ -117,5 +124,7 @@ class ServiceUnavailable(RouterError):
     status = 503
     code = INTERNAL_ERROR
 
-    def __init__(self, message: str, *, data: Any = None, retry_after: int = 5) -> None:
-        super().__init__(message, data=data, headers={"Retry-After": str(retry_after)})
+    def __init__(
+        self, message: str, *, data: Any = None, retry_after: int = 5, request_id: JsonRpcId = None
+    ) -> None:
+        super().__init__(message, data=data, headers={"Retry-After": str(retry_after)}, request_id=request_id)

@@ -13,38 +13,38 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any, Final
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from router.http.errors import RouterError
+from router.layout import StateLayout
 from router.operator.memory import MemorySampler
-from router.record.call_view import call_images, fill_from_answer, tool_result
-from router.record.records import RecordNotFound, Records
+from router.record.call_view import call_images, fill_from_answer
+from router.record.files import IMAGE_MIMES, KeptFile, read_kept
+from router.record.records import RecordNotFound, Records, client_name
+from router.record.snapshots import tool_result
 from router.sessions.manager import SessionManager
 from router.sessions.table import ENDED, Session, State
+from router.types import ACTION_HEADER
 
 log = logging.getLogger("mcp_router.api")
 
-ACTION_HEADER: Final = "x-mcp-router-action"
 DEFAULT_LIMIT: Final = 200
 MAX_LIMIT: Final = 1000
 _SAFE_FETCH_SITES: Final = frozenset({"same-origin", "none"})
+# The bytes came from a browser-driven process: never let them run as a document.
+FILE_HEADERS: Final = {
+    "x-content-type-options": "nosniff", "content-security-policy": "default-src 'none'",
+    "cache-control": "private, max-age=3600",
+}
 
 
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
-
-
-def _client_name(info: dict[str, Any]) -> str | None:
-    name, version = info.get("name"), info.get("version")
-    if not name:
-        return None
-    return f"{name} {version}" if version else str(name)
 
 
 def cross_site_refusal(request: Request) -> str | None:
@@ -64,8 +64,11 @@ def cross_site_refusal(request: Request) -> str | None:
 
 
 class Api:
-    def __init__(self, manager: SessionManager, memory: MemorySampler | None = None) -> None:
+    def __init__(
+        self, manager: SessionManager, layout: StateLayout, memory: MemorySampler | None = None
+    ) -> None:
         self.manager = manager
+        self.layout = layout
         self.memory = memory or MemorySampler()
 
     def routes(self) -> list[Route]:
@@ -76,6 +79,7 @@ class Api:
             Route("/api/sessions/{session_id}/hibernate", self.hibernate, methods=["POST"]),
             Route("/api/calls/{ref_id}", self.call, methods=["GET"]),
             Route("/api/calls/{ref_id}/images/{n:int}", self.image, methods=["GET"]),
+            Route("/api/calls/{ref_id}/files/{name}", self.file, methods=["GET"]),
         ]
 
     # ---------------------------------------------------------------- helpers
@@ -84,9 +88,6 @@ class Api:
     def records(self) -> Records | None:
         recorder = self.manager.recorder
         return recorder.records if recorder is not None else None
-
-    def output_dir(self, session_id: str) -> Path:
-        return self.manager.supervisor.session_dir(session_id) / "out"
 
     async def _memory(self, sessions: list[Session]) -> dict[str, int]:
         roots = {
@@ -111,6 +112,7 @@ class Api:
             "requests": rec.get("requests"),
             "parent_id": rec.get("parent_id"),
             "protocol_version": rec.get("protocol_version"),
+            "last_resume": rec.get("last_resume"),
             "worker_pid": None,
             "worker_port": None,
             "memory_bytes": None,
@@ -123,7 +125,7 @@ class Api:
         row.update(
             state=live.state.value,
             live=live.state not in ENDED,
-            client=_client_name(live.client_info) or rec.get("client"),
+            client=client_name(live.client_info) or rec.get("client"),
             created=rec.get("created") or live.created,
             last_activity=max(live.last_activity, rec.get("last_activity") or 0.0),
             protocol_version=live.protocol_version or rec.get("protocol_version"),
@@ -156,6 +158,7 @@ class Api:
         records = self.records
         record: dict[str, Any] | None = None
         calls: list[dict[str, Any]] = []
+        events: list[dict[str, Any]] = []
         if records is not None:
             try:
                 full = await records.get_session(session_id)
@@ -163,18 +166,20 @@ class Api:
                 full = None
             if full is not None:
                 calls = await records.session_calls(session_id)
-                info = full.get("client_info")
                 record = {
                     **full,
-                    "client": _client_name(info if isinstance(info, dict) else {}),
+                    "client": client_name(full.get("client_info")),
                     "requests": len(calls),
                     "calls": sum(1 for c in calls if c["method"] == "tools/call"),
                     "errors": sum(1 for c in calls if c["status"] == "error"),
                 }
+                events = await records.session_events(session_id)
+                resumes = [e["detail"] for e in events if e["kind"] == "resumed"]
+                record["last_resume"] = resumes[-1] if resumes else None
         if record is None and live is None:
             return _error(404, f"unknown session {session_id}")
         memory = await self._memory([live]) if live is not None else {}
-        return JSONResponse({"session": self._row(record, live, memory), "calls": calls})
+        return JSONResponse({"session": self._row(record, live, memory), "calls": calls, "events": events})
 
     async def call(self, request: Request) -> Response:
         ref_id = request.path_params["ref_id"]
@@ -187,6 +192,8 @@ class Api:
              "name": img.name}
             for n, img in enumerate(images)
         ]
+        for f in call["files"]:
+            f["url"] = f"/api/calls/{ref_id}/files/{quote(f['name'])}"
         return JSONResponse({"call": call})
 
     async def _call(self, ref_id: str) -> tuple[dict[str, Any], list[Any]] | Response:
@@ -198,9 +205,10 @@ class Api:
         except RecordNotFound:
             return _error(404, f"unknown call {ref_id}")
         result = tool_result(call.get("result"))
-        out_dir = self.output_dir(str(call["session_id"]))
+        out_dir = self.layout.output_dir(str(call["session_id"]))
         fill_from_answer(call, result, out_dir)
-        return call, call_images(result, out_dir)
+        kept = [KeptFile(**f) for f in call["files"]]
+        return call, call_images(result, out_dir, kept=kept, files_dir=self.layout.files_dir(ref_id))
 
     async def image(self, request: Request) -> Response:
         found = await self._call(request.path_params["ref_id"])
@@ -213,18 +221,28 @@ class Api:
         data = images[n].read()
         if data is None:
             return _error(404, "the image file is gone (its session's files were removed)")
-        return Response(
-            data, media_type=images[n].mime,
-            # The bytes came from a browser-driven process: never let them run as a document.
-            headers={"x-content-type-options": "nosniff", "content-security-policy": "default-src 'none'",
-                     "cache-control": "private, max-age=3600"},
-        )
+        return Response(data, media_type=images[n].mime, headers=FILE_HEADERS)
+
+    async def file(self, request: Request) -> Response:
+        """A file the recorder kept for the call. Only names the record lists are served."""
+        ref_id, name = request.path_params["ref_id"], request.path_params["name"]
+        found = await self._call(ref_id)
+        if isinstance(found, Response):
+            return found
+        call, _ = found
+        listed = next((f for f in call["files"] if f["name"] == name), None)
+        if listed is None:
+            return _error(404, "no such file")
+        data = read_kept(self.layout.files_dir(ref_id), name)
+        if data is None:
+            return _error(404, "the file is gone")
+        disposition = "inline" if listed["mime"] in IMAGE_MIMES.values() else "attachment"
+        return Response(data, media_type=listed["mime"],
+                        headers={**FILE_HEADERS, "content-disposition": f'{disposition}; filename="{name}"'})
 
     # ---------------------------------------------------------------- actions
 
-    async def _action(
-        self, request: Request, name: str, act: Callable[[Session], Awaitable[bool]] | None
-    ) -> Response:
+    async def _action(self, request: Request, name: str, act: Callable[[Session], Awaitable[bool]]) -> Response:
         refusal = cross_site_refusal(request)
         if refusal is not None:
             return _error(403, refusal)
@@ -234,8 +252,6 @@ class Api:
             session = await self.manager.lookup(session_id)
         except RouterError:
             return _error(404, f"no live session {session_id}")
-        if act is None:
-            return _error(501, f"{name} is not available in this version of the router")
         log.info("api: %s session=%s", name, session_id, extra={"session": session_id, "event": f"api_{name}"})
         if not await act(session):
             return _error(409, f"cannot {name} session {session_id} now (state {session.state.value}, "
@@ -250,7 +266,4 @@ class Api:
         return await self._action(request, "end", end)
 
     async def hibernate(self, request: Request) -> Response:
-        # Looked up rather than called directly: the API must not break if the continuity work
-        # (issue 4) is not part of the build; then the action answers 501.
-        hibernate: Callable[[Session], Awaitable[bool]] | None = getattr(self.manager, "hibernate", None)
-        return await self._action(request, "hibernate", hibernate)
+        return await self._action(request, "hibernate", self.manager.hibernate)

@@ -24,11 +24,12 @@ from typing import Final
 
 import httpx
 
+from router.cli.api_client import base_url
+from router.layout import StateLayout
 from router.record import schema
 from router.settings import Settings
 from workers.spec import default_cli_path
 
-DB_NAME: Final = "router.db"
 NODE_MIN: Final = 18
 NODE_RECOMMENDED: Final = 20
 BROWSER_TIMEOUT: Final = 30.0
@@ -131,7 +132,7 @@ def check_state_dir(state_dir: Path) -> Check:
 
 
 def check_database(state_dir: Path) -> Check:
-    path = state_dir / DB_NAME
+    path = StateLayout(state_dir).db
     if not path.exists():
         return Check(True, f"no database yet at {path} (created on first start)")
     try:
@@ -150,10 +151,6 @@ def check_database(state_dir: Path) -> Check:
     return Check(True, f"database {path} opens, schema v{version}{note}")
 
 
-def _connect_host(host: str) -> str:
-    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
-
-
 def check_port(host: str, port: int) -> Check:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
@@ -163,10 +160,8 @@ def check_port(host: str, port: int) -> Check:
             return Check(True, f"port {host}:{port} is free")
         except OSError as exc:
             bind_error = exc.strerror or str(exc)
-    target = _connect_host(host)
-    netloc = f"[{target}]:{port}" if ":" in target else f"{target}:{port}"
     try:
-        answer = httpx.get(f"http://{netloc}/healthz", timeout=2, trust_env=False)
+        answer = httpx.get(f"{base_url(host, port)}/healthz", timeout=2, trust_env=False)
         if answer.status_code == 200 and answer.json().get("status") == "ok":
             return Check(True, f"a router already answers on {host}:{port}")
     except (httpx.HTTPError, ValueError, AttributeError):

@@ -6,6 +6,11 @@ import json
 import logging
 import re
 import time
+from typing import Final
+
+# The router's own requests to its workers: httpx logs each one at INFO ("HTTP Request: POST ...").
+# One line per client call and per session event is the readable story; these show at debug only.
+QUIET_LOGGERS: Final = ("httpx", "httpcore")
 
 _RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None)))
 # Lifecycle lines say "session=ID" (and call lines "ref=ID") in their text; the JSON form lifts
@@ -47,3 +52,6 @@ def configure_logging(level: str, fmt: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    quiet = logging.DEBUG if root.level <= logging.DEBUG else logging.WARNING
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(quiet)

@@ -1,45 +1,46 @@
-"""What the dashboard shows of one recorded call beyond its row: the images the worker produced,
-and the snapshot and console read back from the worker's answer when the row holds none.
+"""What the dashboard shows of one recorded call beyond its row: the images and other files the
+worker produced, and the snapshot and console read back from the worker's answer when the row
+holds none.
 
-Images come from two places: ``image`` parts of the result (base64, kept in the record for good)
-and image files the answer links to inside the session's output directory (there only while the
-session's files exist). A link is followed only when it resolves inside that directory: the text
-comes from a browser-driven process and must not make the router serve arbitrary files.
+Images come from three places: ``image`` parts of the result (base64, in the record for good),
+files the recorder kept for the call (``StateLayout.files_dir(ref_id)``, same retention as the
+row), and, for calls recorded before files were kept, image files the answer links inside the
+session's output directory (there only while the session is live). A link is followed only when
+it resolves inside that directory: the text comes from a browser-driven process and must not
+make the router serve arbitrary files.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import json
-import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from router.record.snapshots import answer_text, extract, normalize_console, resolve_inside, summarize
+from router.record.files import IMAGE_MIMES, MAX_FILE_BYTES, KeptFile, read_kept
+from router.record.snapshots import extract, file_links, normalize_console, resolve_inside, summarize
 
 # Raster types only: an SVG is a document that can carry script.
 IMAGE_TYPES: Final = {"image/png": ".png", "image/jpeg": ".jpg", "image/webp": ".webp", "image/gif": ".gif"}
-_SUFFIX_TYPES: Final = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
-                        ".webp": "image/webp", ".gif": "image/gif"}
-_IMAGE_LINK = re.compile(r"\]\((?P<path>[^)\n]+?\.(?:png|jpe?g|webp|gif))\)", re.I)
-MAX_IMAGE_BYTES: Final = 32 * 1024 * 1024
+MAX_IMAGE_BYTES: Final = MAX_FILE_BYTES
 
 
 @dataclass(frozen=True)
 class CallImage:
     mime: str
-    source: str  # "result" (inline base64) or "file" (linked in the output dir)
+    source: str  # "result" (inline base64), "kept" (the record's copy) or "file" (the output dir)
     name: str
     data: bytes | None = None  # inline images
-    path: Path | None = None  # linked files, already checked to lie inside the output dir
+    path: Path | None = None  # linked files, already checked to lie inside their directory
 
     def read(self) -> bytes | None:
         if self.data is not None:
             return self.data
         assert self.path is not None
+        if self.source == "kept":
+            return read_kept(self.path.parent, self.path.name)
         try:
             with self.path.open("rb") as f:
                 return f.read(MAX_IMAGE_BYTES)
@@ -47,26 +48,10 @@ class CallImage:
             return None
 
 
-def tool_result(raw: Any) -> Mapping[str, Any] | None:
-    """The recorded result text → the tools/call result object, if it is one."""
-    parsed = raw
-    if isinstance(raw, str):
-        try:
-            parsed = json.loads(raw)
-        except ValueError:
-            return None
-    if isinstance(parsed, Mapping) and "content" not in parsed and isinstance(parsed.get("result"), Mapping):
-        parsed = parsed["result"]
-    return parsed if isinstance(parsed, Mapping) else None
-
-
-def call_images(result: Mapping[str, Any] | None, output_dir: Path | None) -> list[CallImage]:
-    """Inline images first, then linked files not identical to one of them (the worker returns
-    a screenshot both ways). The list order is the ``n`` of /api/calls/{ref}/images/{n}."""
-    if result is None:
-        return []
+def inline_images(result: Mapping[str, Any] | None) -> list[CallImage]:
+    """The ``image`` parts of a result that decode and are of a raster type."""
     images: list[CallImage] = []
-    content = result.get("content")
+    content = result.get("content") if result is not None else None
     for i, part in enumerate(content if isinstance(content, list) else []):
         if not isinstance(part, dict) or part.get("type") != "image":
             continue
@@ -78,16 +63,33 @@ def call_images(result: Mapping[str, Any] | None, output_dir: Path | None) -> li
         except (binascii.Error, ValueError):
             continue
         images.append(CallImage(mime, "result", f"image-{i}{IMAGE_TYPES[mime]}", data=data))
+    return images
+
+
+def call_images(
+    result: Mapping[str, Any] | None, output_dir: Path | None, *,
+    kept: Sequence[KeptFile] = (), files_dir: Path | None = None,
+) -> list[CallImage]:
+    """Inline images first, then the kept image files, then linked files in the output dir that
+    were not kept and are not identical to an inline image (the worker returns a screenshot both
+    ways). The list order is the ``n`` of /api/calls/{ref}/images/{n}."""
+    if result is None:
+        return []
+    images = inline_images(result)
+    if files_dir is not None:
+        images += [CallImage(f.mime, "kept", f.name, path=files_dir / f.name) for f in kept if f.is_image]
     if output_dir is None or not output_dir.is_dir():
         return images
-    inline = {img.data for img in images}
+    inline = {img.data for img in images if img.data is not None}
+    kept_names = {f.name for f in kept}
     seen: set[Path] = set()
-    for match in _IMAGE_LINK.finditer(answer_text(result)):
-        path = resolve_inside(match.group("path").strip(), output_dir, output_dir)
-        if path is None or path in seen:
+    for _, raw in file_links(result):
+        path = resolve_inside(raw, output_dir, output_dir)
+        mime = IMAGE_MIMES.get(path.suffix.lower()) if path is not None else None
+        if path is None or mime is None or path in seen or path.name in kept_names:
             continue
         seen.add(path)
-        image = CallImage(_SUFFIX_TYPES[path.suffix.lower()], "file", path.name, path=path)
+        image = CallImage(mime, "file", path.name, path=path)
         if image.read() not in inline:
             images.append(image)
     return images

@@ -31,9 +31,11 @@ from typing import Any, Final, TypeVar
 
 import anyio
 
-from router.record import schema
+from router.layout import StateLayout
+from router.record import files, schema
+from router.record.call_view import inline_images
 from router.record.records import Records
-from router.record.snapshots import extract, normalize_console
+from router.record.snapshots import extract, normalize_console, tool_result
 
 __all__ = ["Recorder", "normalize_console"]
 
@@ -49,7 +51,7 @@ MAX_PENDING_FAILURES: Final = 100
 
 @dataclass(frozen=True, slots=True)
 class _Item:
-    kind: str  # "open" | "state" | "activity" | "request" | "response"
+    kind: str  # "open" | "state" | "activity" | "resumed" | "request" | "response"
     ts: float
     key: str  # session id or ref_id, for failure messages
     data: tuple[Any, ...]
@@ -67,13 +69,13 @@ def _json(value: Any) -> str | None:
 
 class Recorder:
     def __init__(
-        self, db_path: Path, *, retention_days: float = 30.0, queue_max: int = 10_000,
-        on_pruned: Callable[[list[str]], None] | None = None,
+        self, db_path: Path, *, layout: StateLayout | None = None, retention_days: float = 30.0,
+        queue_max: int = 10_000,
     ) -> None:
-        """``on_pruned(session_ids)`` runs after each prune that deleted sessions (start-up, hourly,
-        explicit), so the owner can remove their ``sessions/<id>`` directories."""
+        """``layout``: where the files a call linked are kept (``layout.files_dir(ref_id)``);
+        without one, only snapshots and console text are kept."""
         self.db_path = Path(db_path)
-        self.on_pruned = on_pruned
+        self.layout = layout
         self.retention_days = retention_days
         self.queue_max = queue_max
         self.dropped = 0  # items refused because the queue was full
@@ -109,6 +111,13 @@ class Recorder:
 
     def session_activity(self, session_id: str) -> None:
         self._put("activity", session_id, ())
+
+    def session_resumed(self, session_id: str, reason: str) -> None:
+        """The session got a worker again; ``reason`` is one of schema.RESUME_REASONS ("idle",
+        "crash", "hibernation", "router-restart", "new-browser"). Kept as a session event."""
+        if reason not in schema.RESUME_REASONS:
+            log.warning("recorder: unknown resume reason %r for session=%s", reason, session_id)
+        self._put("resumed", session_id, (reason,))
 
     def request(
         self, ref_id: str, session_id: str, method: str, tool: str | None, params: Any
@@ -235,20 +244,15 @@ class Recorder:
             self._notify(everyone=True)  # nobody may wait forever on a stopped writer
 
     async def prune(self, now: float | None = None) -> list[str]:
-        """Delete rows older than retention_days. Returns the ids of the sessions deleted, so the
-        caller can remove their ``sessions/<id>`` directories."""
+        """Delete rows older than retention_days. Returns the ids of the sessions deleted. (A
+        session's directory is not the record's: the session lifecycle removes it on its own,
+        shorter, retention.)"""
         cutoff = (time.time() if now is None else now) - self.retention_days * 86400.0
         try:
-            ids = await self.call_in_writer(lambda conn: schema.prune(conn, cutoff))
+            return await self.call_in_writer(lambda conn: self._prune(conn, cutoff))
         except Exception as exc:
             log.warning("recorder: prune failed: %s", exc)
             return []
-        if ids and self.on_pruned is not None:
-            try:
-                self.on_pruned(ids)
-            except Exception:
-                log.exception("recorder: on_pruned callback failed")
-        return ids
 
     async def _prune_loop(self) -> None:
         while True:
@@ -258,6 +262,12 @@ class Recorder:
                 log.info("recorder: pruned %d session(s)", len(pruned))
 
     # ---------------------------------------------------------------- writer thread
+
+    def _prune(self, conn: sqlite3.Connection, cutoff: float) -> list[str]:
+        refs = schema.prune_files(conn, cutoff)
+        if self.layout is not None:
+            files.remove(self.layout.files_dir(ref) for ref in refs)
+        return schema.prune(conn, cutoff)
 
     def _write_batch(self, batch: list[_Item]) -> None:
         """One transaction for the batch. Never raises: a failure is counted, logged and kept for
@@ -342,6 +352,12 @@ class Recorder:
             )
         elif item.kind == "activity":
             conn.execute("UPDATE sessions SET last_activity = max(last_activity, ?) WHERE id = ?", (ts, key))
+        elif item.kind == "resumed":
+            conn.execute(
+                "INSERT INTO session_events (session_id, ts, kind, detail) VALUES (?, ?, 'resumed', ?)",
+                (key, ts, d[0]),
+            )
+            conn.execute("UPDATE sessions SET last_activity = max(last_activity, ?) WHERE id = ?", (ts, key))
         elif item.kind == "request":
             session_id, method, tool, params = d
             conn.execute(
@@ -360,13 +376,14 @@ class Recorder:
     def _apply_response(self, conn: sqlite3.Connection, item: _Item) -> None:
         status, result, page_snapshot, console_lines, error, duration_ms, output_dir, cwd = item.data
         result_text = _json(result)
-        if output_dir is not None and (page_snapshot is None or console_lines is None):
-            parsed = _tool_result(result, result_text)
-            if parsed is not None:
-                ex = extract(parsed, Path(output_dir), cwd=cwd)
-                page_snapshot = ex.page_snapshot if page_snapshot is None else page_snapshot
-                if console_lines is None and ex.console_lines:
-                    console_lines = ex.console_lines
+        parsed = tool_result(result if isinstance(result, Mapping) else result_text) if output_dir else None
+        if parsed is not None and (page_snapshot is None or console_lines is None):
+            ex = extract(parsed, Path(output_dir), cwd=cwd)
+            page_snapshot = ex.page_snapshot if page_snapshot is None else page_snapshot
+            if console_lines is None and ex.console_lines:
+                console_lines = ex.console_lines
+        if parsed is not None and self.layout is not None:
+            self._keep_files(conn, item, parsed, Path(output_dir), cwd)
         lines = list(console_lines) if console_lines else None
         conn.execute(
             """INSERT INTO responses (ref_id, status, result, page_snapshot, console_logs, error, ts,
@@ -381,18 +398,22 @@ class Recorder:
             )
 
 
-def _tool_result(result: Any, text: str | None) -> Mapping[str, Any] | None:
-    """The tools/call result object, whether given parsed or as JSON text, bare or inside the
-    whole JSON-RPC message."""
-    parsed: Any = result
-    if not isinstance(result, Mapping):
+    def _keep_files(
+        self, conn: sqlite3.Connection, item: _Item, result: Mapping[str, Any], output_dir: Path,
+        cwd: Path | None,
+    ) -> None:
+        """Copies what the answer linked; a file that cannot be kept never costs the call's row."""
+        assert self.layout is not None
         try:
-            parsed = json.loads(text) if text else None
-        except ValueError:
-            return None
-    if isinstance(parsed, Mapping) and "content" not in parsed and isinstance(parsed.get("result"), Mapping):
-        parsed = parsed["result"]
-    return parsed if isinstance(parsed, Mapping) else None
+            inline = [img.data for img in inline_images(result) if img.data is not None]
+            kept = files.keep_linked(result, output_dir, self.layout.files_dir(item.key), cwd=cwd, inline=inline)
+        except Exception as exc:
+            self._note_failure(f"files {item.key}", repr(exc))
+            return
+        conn.executemany(
+            "INSERT OR REPLACE INTO call_files (ref_id, name, title, mime, size, ts) VALUES (?, ?, ?, ?, ?, ?)",
+            [(item.key, f.name, f.title, f.mime, f.size, item.ts) for f in kept],
+        )
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import aiosqlite
 
 from router.record import schema
+from router.record.files import KeptFile
 from router.record.snapshots import format_console, level_rank, line_diff, search_diff, search_tree
 
 
@@ -67,8 +68,9 @@ def _readonly_uri(db_path: Path) -> str:
     return f"{Path(os.path.abspath(db_path)).as_uri()}?mode=ro"
 
 
-def _client_name(client_info: str | None) -> str | None:
-    info = _loads(client_info)
+def client_name(client_info: Any) -> str | None:
+    """"name version" of an initialize's clientInfo, given parsed or as the recorded JSON text."""
+    info = _loads(client_info) if isinstance(client_info, str) else client_info
     if isinstance(info, dict):
         name, version = info.get("name"), info.get("version")
         if name:
@@ -134,17 +136,20 @@ class Records:
                       (SELECT count(*) FROM requests r WHERE r.session_id = s.id
                          AND r.method = 'tools/call') AS calls,
                       (SELECT count(*) FROM requests r JOIN responses p ON p.ref_id = r.ref_id
-                         WHERE r.session_id = s.id AND p.status = 'error') AS errors
+                         WHERE r.session_id = s.id AND p.status = 'error') AS errors,
+                      (SELECT e.detail FROM session_events e WHERE e.session_id = s.id
+                         AND e.kind = 'resumed' ORDER BY e.ts DESC, e.id DESC LIMIT 1) AS last_resume
                FROM sessions s ORDER BY s.created DESC LIMIT ?""",
             (limit,),
         )
         return [
             {
                 "id": r["id"], "state": r["state"], "created": r["created"],
-                "last_activity": r["last_activity"], "client": _client_name(r["client_info"]),
+                "last_activity": r["last_activity"], "client": client_name(r["client_info"]),
                 "parent_id": r["parent_id"], "protocol_version": r["protocol_version"],
                 "worker_port": r["worker_port"], "worker_pid": r["worker_pid"],
                 "requests": r["requests"], "calls": r["calls"], "errors": r["errors"],
+                "last_resume": r["last_resume"],
             }
             for r in rows
         ]
@@ -158,9 +163,32 @@ class Records:
         out["client_info"], out["metadata"] = _loads(r["client_info"]), _loads(r["metadata"])
         return out
 
-    async def session_calls(self, session_id: str) -> list[dict[str, Any]]:
-        """The timeline of one session, oldest first."""
+    async def session_events(self, session_id: str) -> list[dict[str, Any]]:
+        """What happened to the session besides its calls (``kind`` 'resumed', ``detail`` the
+        reason), oldest first."""
         await self._sync()
+        rows = await self._all(
+            "SELECT ts, kind, detail FROM session_events WHERE session_id = ? ORDER BY ts, id", (session_id,)
+        )
+        return [{"ts": r["ts"], "kind": r["kind"], "detail": r["detail"]} for r in rows]
+
+    async def call_files(self, ref_id: str) -> list[KeptFile]:
+        """The files kept for a call (in ``StateLayout.files_dir(ref_id)``), in link order."""
+        rows = await self._all(
+            "SELECT name, title, mime, size FROM call_files WHERE ref_id = ? ORDER BY rowid", (ref_id,)
+        )
+        return [KeptFile(r["name"], r["title"] or "", r["mime"], r["size"]) for r in rows]
+
+    async def session_calls(self, session_id: str) -> list[dict[str, Any]]:
+        """The timeline of one session, oldest first. ``files``: names of the files kept per call."""
+        await self._sync()
+        kept: dict[str, list[str]] = {}
+        for f in await self._all(
+            """SELECT f.ref_id, f.name FROM call_files f JOIN requests r ON r.ref_id = f.ref_id
+               WHERE r.session_id = ? ORDER BY f.rowid""",
+            (session_id,),
+        ):
+            kept.setdefault(f["ref_id"], []).append(f["name"])
         rows = await self._all(
             """SELECT r.ref_id, r.method, r.tool, r.params, r.ts, p.status, p.duration_ms, p.error,
                       p.page_snapshot IS NOT NULL AS has_snapshot
@@ -173,7 +201,7 @@ class Records:
                 "ref_id": r["ref_id"], "method": r["method"], "tool": r["tool"],
                 "params": _loads(r["params"]), "ts": r["ts"], "status": r["status"],
                 "duration_ms": r["duration_ms"], "error": r["error"],
-                "has_snapshot": bool(r["has_snapshot"]),
+                "has_snapshot": bool(r["has_snapshot"]), "files": kept.get(r["ref_id"], []),
             }
             for r in rows
         ]
@@ -211,6 +239,10 @@ class Records:
             "result": r["result"], "page_snapshot": r["page_snapshot"],
             "console_lines": _loads(r["console_logs"]),
             "console": await self._console(ref_id),
+            "files": [
+                {"name": f.name, "title": f.title, "mime": f.mime, "size": f.size}
+                for f in await self.call_files(ref_id)
+            ],
         }
 
     async def _console(self, ref_id: str) -> list[dict[str, Any]]:
@@ -281,7 +313,8 @@ class Records:
     async def export_session(self, session_id: str) -> AsyncIterator[str]:
         """JSON lines: one ``session`` object, then one ``call`` object per request, oldest first."""
         session = await self.get_session(session_id)
-        yield json.dumps({"type": "session", **session}, ensure_ascii=False)
+        events = await self.session_events(session_id)
+        yield json.dumps({"type": "session", **session, "events": events}, ensure_ascii=False)
         async with self._conn.execute(
             """SELECT r.ref_id FROM requests r WHERE r.session_id = ? ORDER BY r.ts, r.rowid""",
             (session_id,),

@@ -33,6 +33,13 @@ from typing import Final
 #                that a resume feature can tell what it was.
 SESSION_STATES: Final = ("active", "degraded", "hibernated", "reaped", "closed", "error", "interrupted")
 LIVE_STATES: Final = ("active", "degraded")
+# Why a dormant (or crashed) session got a worker again:
+#   idle            reaped after the idle timeout, resumed by the client's next call
+#   crash           its worker died and was restarted
+#   hibernation     hibernated to make room (or by the operator), woken by a call
+#   router-restart  taken up by a new run of the router
+#   new-browser     create_new_session gave the conversation a fresh browser
+RESUME_REASONS: Final = ("idle", "crash", "hibernation", "router-restart", "new-browser")
 
 BUSY_TIMEOUT_MS: Final = 5000
 
@@ -100,6 +107,31 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             error TEXT NOT NULL
         )""",
         "CREATE INDEX recorder_failures_ts ON recorder_failures(ts)",
+    ),
+    # 1 -> 2: files a call linked, copied into StateLayout.files_dir(ref_id) (router/record/files.py).
+    (
+        """CREATE TABLE call_files (
+            ref_id TEXT NOT NULL,
+            name   TEXT NOT NULL,         -- file name inside files/<ref_id>/
+            title  TEXT,                  -- the link's title in the answer
+            mime   TEXT NOT NULL,
+            size   INTEGER NOT NULL,
+            ts     REAL NOT NULL,
+            PRIMARY KEY (ref_id, name)
+        )""",
+        "CREATE INDEX call_files_ts ON call_files(ts)",
+    ),
+    # 2 -> 3: what happened to a session besides its calls, e.g. why it resumed.
+    (
+        """CREATE TABLE session_events (
+            id         INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            ts         REAL NOT NULL,
+            kind       TEXT NOT NULL,     -- 'resumed'
+            detail     TEXT               -- for 'resumed': one of RESUME_REASONS
+        )""",
+        "CREATE INDEX session_events_session ON session_events(session_id, ts)",
+        "CREATE INDEX session_events_ts ON session_events(ts)",
     ),
 )
 
@@ -183,9 +215,24 @@ def mark_interrupted(conn: sqlite3.Connection) -> int:
     return cur.rowcount
 
 
+def prune_files(conn: sqlite3.Connection, cutoff: float) -> list[str]:
+    """Delete the kept-file rows older than ``cutoff``; the ref_ids whose files must go."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        refs = [r[0] for r in conn.execute("SELECT DISTINCT ref_id FROM call_files WHERE ts < ?", (cutoff,))]
+        conn.execute("DELETE FROM call_files WHERE ts < ?", (cutoff,))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return refs
+
+
 def prune(conn: sqlite3.Connection, cutoff: float) -> list[str]:
     """Delete rows older than ``cutoff`` (epoch seconds) and the ended sessions idle since before
-    it; live sessions stay whatever their age. Returns the deleted session ids."""
+    it; live sessions stay whatever their age. Returns the deleted session ids. (Kept files go
+    first, through ``prune_files``, so that their directories can be removed.)"""
     conn.execute("BEGIN IMMEDIATE")
     try:
         placeholders = ", ".join("?" for _ in LIVE_STATES)
@@ -194,8 +241,10 @@ def prune(conn: sqlite3.Connection, cutoff: float) -> list[str]:
             (cutoff, *LIVE_STATES),
         )]
         conn.executemany("DELETE FROM sessions WHERE id = ?", [(i,) for i in ids])
+        conn.executemany("DELETE FROM session_events WHERE session_id = ?", [(i,) for i in ids])
         for table, column in (("console_logs", "ts"), ("responses", "ts"), ("requests", "ts"),
-                              ("diff_cursors", "updated"), ("recorder_failures", "ts")):
+                              ("diff_cursors", "updated"), ("recorder_failures", "ts"),
+                              ("session_events", "ts")):
             conn.execute(f"DELETE FROM {table} WHERE {column} < ?", (cutoff,))
         conn.execute("COMMIT")
     except BaseException:

@@ -14,6 +14,7 @@ Modal state, Snapshot (inline ```yaml block, or ``- [Snapshot](PATH)``), Events
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,9 +25,11 @@ MAX_FILE_BYTES: Final = 16 * 1024 * 1024  # a runaway snapshot must not exhaust 
 LEVELS: Final = ("debug", "info", "warn", "error")
 
 _SNAPSHOT_LINK = re.compile(r"^- \[Snapshot\]\((?P<path>.+)\)\s*$", re.M)
+# Every file the worker writes is linked as "- [Title](path)" (screenshots, pdfs, snapshots...).
+_FILE_LINK = re.compile(r"^- \[(?P<title>[^\]\n]*)\]\((?P<path>[^)\n]+)\)\s*$", re.M)
 _CONSOLE_LINK = re.compile(r"^- New console entries: (?P<path>.+?)#L(?P<a>\d+)(?:-L(?P<b>\d+))?\s*$", re.M)
 _COUNTS = re.compile(r"^- Console: (?P<e>\d+) errors?, (?P<w>\d+) warnings?", re.M)
-_URL = re.compile(r"^- Page URL: (?P<v>.*)$", re.M)
+_URL = re.compile(r"^- Page URL: (?P<v>\S+)", re.M)
 _TITLE = re.compile(r"^- Page Title: (?P<v>.*)$", re.M)
 _YAML_BLOCK = re.compile(r"```yaml\n(?P<y>.*?)\n```", re.S)
 # "[ERROR] text @ url:line" as printed by Playwright's ConsoleMessage.toString().
@@ -68,6 +71,26 @@ class Extracted:
     sections: dict[str, str] = field(default_factory=dict)
 
 
+def tool_result(raw: Any) -> Mapping[str, Any] | None:
+    """The tools/call result object, whether given parsed or as JSON text/bytes, bare or inside
+    the whole JSON-RPC message; None when it is not one."""
+    parsed = raw
+    if isinstance(raw, str | bytes):
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            return None
+    if isinstance(parsed, Mapping) and "content" not in parsed and isinstance(parsed.get("result"), Mapping):
+        parsed = parsed["result"]
+    return parsed if isinstance(parsed, Mapping) else None
+
+
+def page_url(text: str) -> str | None:
+    """The last page URL a worker's answer text names (``- Page URL: ...``), if any."""
+    found = _URL.findall(text)
+    return found[-1] if found else None
+
+
 def answer_text(result: Mapping[str, Any]) -> str:
     """All text parts of a tools/call result, joined."""
     content = result.get("content")
@@ -76,6 +99,12 @@ def answer_text(result: Mapping[str, Any]) -> str:
     return "\n".join(
         str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"
     )
+
+
+def file_links(result: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(title, raw path)`` of every file link in the answer, in order (unresolved: callers pass
+    the path to ``resolve_inside``)."""
+    return [(m.group("title"), m.group("path").strip()) for m in _FILE_LINK.finditer(answer_text(result))]
 
 
 def split_sections(text: str) -> dict[str, str]:
@@ -108,7 +137,7 @@ def summarize(result: Mapping[str, Any]) -> Extracted:
     inline = _YAML_BLOCK.search(snap)
     link = _SNAPSHOT_LINK.search(snap)
     counts = _COUNTS.search(page)
-    url, title = _URL.search(page), _TITLE.search(page)
+    title = _TITLE.search(page)
     content = result.get("content")
     has_image = isinstance(content, list) and any(
         isinstance(p, dict) and p.get("type") == "image" for p in content
@@ -116,7 +145,7 @@ def summarize(result: Mapping[str, Any]) -> Extracted:
     return Extracted(
         page_snapshot=inline.group("y") if inline else None,
         console_lines=_inline_console_lines(sections.get("Result", "")),
-        page_url=url.group("v").strip() if url else None,
+        page_url=page_url(page),
         page_title=title.group("v").strip() if title else None,
         console_errors=int(counts.group("e")) if counts else None,
         console_warnings=int(counts.group("w")) if counts else None,

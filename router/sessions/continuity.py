@@ -24,6 +24,7 @@ import anyio
 
 from router.http.errors import WorkerUnreachable
 from router.http.proxy import WorkerConnection
+from router.layout import StateLayout
 from router.sessions import statefiles
 from router.sessions.admission import Admission
 from router.sessions.control import ControlError, ControlSession
@@ -80,6 +81,7 @@ class Continuity:
         supervisor: Supervisor,
         admission: Admission,
         handshakes: HandshakeCache,
+        layout: StateLayout,
         recorder: Recorder | None,
         metrics: Metrics | None,
         start_soon: Callable[[Callable[[], Awaitable[Any]]], None],
@@ -87,6 +89,7 @@ class Continuity:
         self.supervisor = supervisor
         self.admission = admission
         self.handshakes = handshakes
+        self.layout = layout
         self.recorder = recorder
         self.metrics = metrics
         self.start_soon = start_soon
@@ -143,9 +146,8 @@ class Continuity:
             session.resumed_notice = resumed_notice(reason) if restored else None
             if self.metrics is not None:
                 self.metrics.resumed()
-            record_resume = getattr(self.recorder, "session_resumed", None)
-            if record_resume is not None:
-                record_resume(session.id, reason)
+            if self.recorder is not None:
+                self.recorder.session_resumed(session.id, reason)
         done = time.monotonic()
         log.info(
             "worker attached session=%s reason=%s port=%d pid=%d restored=%s ms=%.0f spawn_ms=%.0f "
@@ -201,7 +203,7 @@ class Continuity:
     async def _restore(self, session: Session, control: ControlSession, worker: Worker) -> bool:
         """Cookies, storage and tabs back through the control session, then the current tab's
         snapshot re-taken so refs resolve. False when nothing was saved."""
-        state = statefiles.read_state(self.supervisor.session_dir(session.id))
+        state = statefiles.read_state(self.layout.session_dir(session.id))
         if state is None:
             return False
         storage = state.get("storage")
@@ -261,7 +263,7 @@ class Continuity:
                 await self.recorder.flush()  # the recorder reads the output dir's files first
             await self.supervisor.stop(session.id)
             statefiles.clear_output(connection.worker.output_dir)
-            statefiles.write_session_file(self.supervisor.session_dir(session.id), statefiles.session_record(session))
+            statefiles.write_session_file(self.layout.session_dir(session.id), statefiles.session_record(session))
         if self.metrics is not None:
             self.metrics.ended(state.value)
         log.info("session dormant session=%s reason=%s", session.id, state.value)
@@ -288,7 +290,7 @@ class Continuity:
                 if storage is None:
                     raise ControlError("storage state file missing or unreadable")
                 statefiles.write_state(
-                    self.supervisor.session_dir(session.id),
+                    self.layout.session_dir(session.id),
                     {"storage": storage, "tabs": tabs, "current": session.current_url, "saved": time.time()},
                 )
             except (ControlError, OSError) as exc:

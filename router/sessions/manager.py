@@ -21,6 +21,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
@@ -28,6 +29,8 @@ import anyio
 from router.http.errors import ServiceUnavailable, SessionNotFound, WorkerUnreachable
 from router.http.messages import ClientMessage
 from router.http.proxy import WorkerConnection
+from router.layout import StateLayout
+from router.record.snapshots import page_url
 from router.sessions import statefiles
 from router.sessions.admission import Admission
 from router.sessions.continuity import RESUME_REASONS, Continuity
@@ -63,6 +66,7 @@ class SessionManager:
         supervisor: Supervisor,
         recorder: Recorder | None,
         handshakes: HandshakeCache,
+        layout: StateLayout,
         idle_timeout: float,
         max_sessions: int,
         max_live_workers: int = 8,
@@ -77,6 +81,7 @@ class SessionManager:
         self.recorder = recorder
         self.metrics = metrics
         self.handshakes = handshakes
+        self.layout = layout
         self.max_sessions = max_sessions
         self.retention = retention
         self.budget = budget
@@ -91,6 +96,7 @@ class SessionManager:
             supervisor=supervisor,
             admission=self.admission,
             handshakes=handshakes,
+            layout=layout,
             recorder=recorder,
             metrics=metrics,
             start_soon=self._start_soon,
@@ -102,6 +108,7 @@ class SessionManager:
             sessions=self.sessions,
             continuity=self.continuity,
             supervisor=supervisor,
+            layout=layout,
             recorder=recorder,
             metrics=metrics,
             idle_timeout=idle_timeout,
@@ -259,7 +266,7 @@ class SessionManager:
         session = self.sessions.get(session_id)
         if session is None:
             session = statefiles.session_from_disk(
-                self.supervisor.session_dir(session_id), session_id, self.retention, self._new_budget()
+                self.layout.session_dir(session_id), session_id, self.retention, self._new_budget()
             )
             if session is not None:
                 log.info("session known from a previous run session=%s", session_id)
@@ -443,7 +450,7 @@ class SessionManager:
             return False
         for part in content:
             if isinstance(part, dict) and isinstance(part.get("text"), str):
-                url = statefiles.page_url(part["text"])
+                url = page_url(part["text"])
                 if url is not None:
                     session.current_url = url
         notice, session.resumed_notice = session.resumed_notice, None
@@ -454,8 +461,8 @@ class SessionManager:
 
     # -- helpers ---------------------------------------------------------------------------------
 
-    def _dir(self, session: Session) -> Any:
-        return self.supervisor.session_dir(session.id)
+    def _dir(self, session: Session) -> Path:
+        return self.layout.session_dir(session.id)
 
     def _new_budget(self) -> RestartBudget:
         max_restarts, window, backoff = self.budget

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import time
 from pathlib import Path
@@ -24,7 +23,6 @@ from workers.health import RestartBudget
 
 SESSION_FILE: Final = "session.json"
 STATE_FILE: Final = "state.json"
-_PAGE_URL = re.compile(r"^- Page URL: (\S+)", re.MULTILINE)
 
 
 
@@ -79,12 +77,6 @@ def read_state(session_dir: Path) -> dict[str, Any] | None:
 
 def write_state(session_dir: Path, data: dict[str, Any]) -> None:
     write_json(session_dir / STATE_FILE, data)
-
-
-def page_url(text: str) -> str | None:
-    """The last page URL a worker's answer text names, if any."""
-    found = _PAGE_URL.findall(text)
-    return found[-1] if found else None
 
 
 def clear_output(worker_output: Path) -> None:

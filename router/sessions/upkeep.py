@@ -18,6 +18,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from router.http.errors import ServiceUnavailable
+from router.layout import StateLayout
 from router.sessions import statefiles
 from router.sessions.continuity import Continuity
 from router.sessions.table import RECORD_STATE, Session, SessionTable, State
@@ -43,6 +44,7 @@ class Upkeep:
         sessions: SessionTable,
         continuity: Continuity,
         supervisor: Supervisor,
+        layout: StateLayout,
         recorder: Recorder | None,
         metrics: Metrics | None,
         idle_timeout: float,
@@ -54,6 +56,7 @@ class Upkeep:
         self.sessions = sessions
         self.continuity = continuity
         self.supervisor = supervisor
+        self.layout = layout
         self.recorder = recorder
         self.metrics = metrics
         self.idle_timeout = idle_timeout
@@ -179,7 +182,7 @@ class Upkeep:
                 if session.dormant and session.last_activity < cutoff:
                     log.info("session expired session=%s", session.id)
                     await self._end(session, State.CLOSED)
-            entries = await anyio.to_thread.run_sync(_session_dirs, self.supervisor.state_dir / "sessions")
+            entries = await anyio.to_thread.run_sync(_session_dirs, self.layout.sessions_root)
             for path in entries:
                 if (
                     self.sessions.get(path.name) is None

@@ -32,6 +32,7 @@ def test_restart_budget_exhausted_gives_503_with_retry_after_then_recovers(state
     settings = router_settings(state_dir, max_restarts=2, restart_window=5.0, restart_backoff=[0.05, 0.1])
     with RouterThread(settings) as router, RawClient(router.url) as c:
         c.initialize()
+        c.start_worker()
         for _ in range(2):
             _crash(router, c)
             assert c.text("echo", text="resumed") == "resumed"
@@ -61,6 +62,7 @@ def test_three_failed_health_checks_restart_the_worker(state_dir: Path, monkeypa
     settings = router_settings(state_dir, health_interval=0.1, restart_backoff=[0.05])
     with RouterThread(settings) as r, RawClient(r.url) as c:
         c.initialize()
+        c.start_worker()
         before = c.text("whoami")
         healthy["value"] = False  # a wedged worker: alive, but its port does not answer
         wait_for(lambda: _state(r, c) is State.CRASHED, timeout=10)

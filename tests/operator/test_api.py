@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -196,6 +197,64 @@ def test_images_are_served_only_from_inside_the_output_dir(rec_router: RouterThr
     (out / "shot.png").unlink()
     call = api(rec_router, "/api/calls/img-ref").json()["call"]
     assert [i["source"] for i in call["images"]] == ["result"]
+
+
+def test_linked_files_outlive_the_output_dir(rec_router: RouterThread) -> None:
+    """A screenshot saved under a file name is only linked (no inline image): the record keeps a
+    copy, so the dashboard still shows it once the session's output dir is cleared (dormant)."""
+    state = Path(rec_router.settings.state_dir).resolve()
+    with RawClient(rec_router.url) as c:
+        c.initialize()
+        c.text("echo", text="spawn")  # the worker (and its output dir) exist from the first call
+        out = state / "sessions" / str(c.session_id) / "out"
+        (out / "shot.png").write_bytes(PNG_B)
+        (out / "page.pdf").write_bytes(b"%PDF-1.4 kept")
+        (out / "page-1.yml").write_text("- button [ref=e1]")
+        text = "\n".join([
+            "### Result", "- [Screenshot of viewport](shot.png)", "- [Page as pdf](page.pdf)",
+            "### Snapshot", "- [Snapshot](page-1.yml)",
+        ])
+        ref_id = c.call("echo", text=text)["result"]["_meta"]["mcp-router/refId"]
+        c.delete()
+    shutil.rmtree(out, ignore_errors=True)  # what going dormant does
+    assert not out.exists()
+
+    call = api(rec_router, f"/api/calls/{ref_id}").json()["call"]
+    assert [(i["source"], i["name"]) for i in call["images"]] == [("kept", "shot.png")]
+    assert [(f["name"], f["mime"], f["size"]) for f in call["files"]] == [
+        ("shot.png", "image/png", len(PNG_B)), ("page.pdf", "application/pdf", 13),
+    ]
+    assert call["page_snapshot"] == "- button [ref=e1]"  # snapshots stay rows, not kept files
+    image = api(rec_router, call["images"][0]["url"])
+    assert image.status_code == 200 and image.content == PNG_B
+    pdf = api(rec_router, call["files"][1]["url"])
+    assert pdf.content == b"%PDF-1.4 kept" and pdf.headers["content-disposition"].startswith("attachment")
+    assert pdf.headers["x-content-type-options"] == "nosniff"
+    kept = state / "files" / ref_id / "shot.png"
+    assert kept.stat().st_mode & 0o777 == 0o600
+    for bad in ("page-1.yml", "..%2Frouter.db", "nope.png"):
+        assert api(rec_router, f"/api/calls/{ref_id}/files/{bad}").status_code == 404
+    timeline = api(rec_router, f"/api/sessions/{c.session_id}").json()["calls"]
+    assert next(t for t in timeline if t["ref_id"] == ref_id)["files"] == ["shot.png", "page.pdf"]
+
+
+def test_the_session_view_tells_why_it_resumed(rec_router: RouterThread) -> None:
+    state = Path(rec_router.settings.state_dir).resolve()
+    _record_call(state / "router.db", "resumed-session", "resumed-ref", {"content": []})
+    conn = sqlite3.connect(state / "router.db", timeout=10)
+    with conn:
+        conn.executemany(
+            "INSERT INTO session_events (session_id, ts, kind, detail) VALUES ('resumed-session', ?, 'resumed', ?)",
+            [(time.time() + i, reason) for i, reason in enumerate(("idle", "crash", "router-restart"))],
+        )
+    conn.close()
+    body = api(rec_router, "/api/sessions/resumed-session").json()
+    assert [(e["kind"], e["detail"]) for e in body["events"]] == [
+        ("resumed", "idle"), ("resumed", "crash"), ("resumed", "router-restart"),
+    ]
+    assert body["session"]["last_resume"] == "router-restart"
+    row = next(r for r in api(rec_router, "/api/sessions").json()["sessions"] if r["id"] == "resumed-session")
+    assert row["last_resume"] == "router-restart"
 
 
 def test_ui_is_served_with_a_strict_csp(rec_router: RouterThread) -> None:

@@ -5,6 +5,8 @@ a snapshot is read and searched, console and screenshot show, and ending it ends
 from __future__ import annotations
 
 import re
+import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -125,3 +127,32 @@ def test_dismissed_confirm_changes_nothing(pw_router: RouterThread, page: Page) 
         assert pw_router.manager.sessions.get(c.session_id) is not None
         expect(page.locator("#action-result")).to_have_text(re.compile("^$"))
         c.delete()
+
+
+def test_session_view_shows_why_it_resumed_and_the_kept_files(pw_router: RouterThread, page: Page) -> None:
+    state = Path(pw_router.settings.state_dir).resolve()
+    now = time.time()
+    conn = sqlite3.connect(state / "router.db", timeout=10)
+    with conn:
+        conn.execute("INSERT INTO sessions (id, created, last_activity, state) VALUES ('dash-resumed', ?, ?, 'reaped')",
+                     (now - 60, now))
+        conn.execute("""INSERT INTO requests (ref_id, session_id, method, tool, params, ts)
+                        VALUES ('dash-ref', 'dash-resumed', 'tools/call', 'browser_pdf_save', '{}', ?)""", (now - 30,))
+        conn.execute("""INSERT INTO responses (ref_id, status, result, ts, duration_ms)
+                        VALUES ('dash-ref', 'success', '{"content": []}', ?, 1)""", (now - 30,))
+        conn.execute("""INSERT INTO call_files (ref_id, name, title, mime, size, ts)
+                        VALUES ('dash-ref', 'page.pdf', 'Page as pdf', 'application/pdf', 8, ?)""", (now - 30,))
+        conn.execute("""INSERT INTO session_events (session_id, ts, kind, detail)
+                        VALUES ('dash-resumed', ?, 'resumed', 'router-restart')""", (now - 10,))
+    conn.close()
+    (state / "files" / "dash-ref").mkdir(parents=True)
+    (state / "files" / "dash-ref" / "page.pdf").write_bytes(b"%PDF kept")
+
+    page.goto(f"http://127.0.0.1:{pw_router.port}/ui/")
+    page.locator('tr[data-session-id="dash-resumed"]').click()
+    expect(page.locator("#session-meta")).to_contain_text("resumed after a router restart")
+    expect(page.locator('#calls tr.event[data-kind="resumed"]')).to_contain_text("resumed after a router restart")
+    page.locator('#calls tr[data-tool="browser_pdf_save"]').click()
+    link = page.locator("#files li a")
+    expect(link).to_have_text("page.pdf")
+    assert link.get_attribute("href") == "/api/calls/dash-ref/files/page.pdf"

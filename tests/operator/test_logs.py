@@ -7,12 +7,14 @@ import logging
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
-from router.operator.logs import JsonFormatter
+from router.operator.logs import QUIET_LOGGERS, JsonFormatter, configure_logging
 from tests.support import FAKE_WORKER, RawClient, free_port, wait_for
 
 
@@ -51,6 +53,8 @@ def test_json_log_lines_tell_the_story_of_a_session(state_dir: Path) -> None:
     assert len(calls) == 2
     call = next(line for line in calls if line["ref_id"] == ref_id)
     assert call["tool"] == "echo" and call["status"] == "success" and call["duration_ms"] >= 0
+    # The router's own requests to the worker are not a line each.
+    assert not [line for line in lines if line["logger"] in QUIET_LOGGERS], lines
 
 
 def test_json_formatter_lifts_ids_from_text() -> None:
@@ -65,3 +69,29 @@ def test_json_formatter_lifts_ids_from_text() -> None:
     assert fmt("call session=s1 ref=1234-abcd tool=x")["ref_id"] == "1234-abcd"
     assert fmt("session opened session=s1", session="explicit")["session"] == "explicit"
     assert "session" not in fmt("router started")
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level, {n: logging.getLogger(n).level for n in QUIET_LOGGERS}
+    yield
+    root.handlers[:], level, quiet = saved
+    root.setLevel(level)
+    for name, lvl in quiet.items():
+        logging.getLogger(name).setLevel(lvl)
+
+
+@pytest.mark.usefixtures("restore_logging")
+@pytest.mark.parametrize(("level", "shown"), [("info", False), ("warning", False), ("debug", True)])
+def test_requests_to_workers_are_logged_at_debug_only(
+    level: str, shown: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    configure_logging(level, "text")
+    logging.getLogger("httpx").info('HTTP Request: POST http://127.0.0.1:20001/mcp "HTTP/1.1 200 OK"')
+    logging.getLogger("httpcore.http11").debug("send_request_headers.started")
+    logging.getLogger("httpx").warning("a warning still shows")
+    err = capsys.readouterr().err
+    assert ("HTTP Request" in err) is shown
+    assert ("send_request_headers" in err) is shown
+    assert "a warning still shows" in err

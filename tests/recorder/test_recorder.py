@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import sqlite3
 import time
 import uuid
@@ -9,7 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
+from router.layout import StateLayout
+from router.record import files
 from router.record.recorder import BATCH_MAX, Recorder
 from tests.recorder.conftest import Answers
 
@@ -184,8 +188,7 @@ async def test_startup_marks_live_sessions_interrupted(db_path: Path) -> None:
 
 
 async def test_retention_prunes_old_rows_but_not_live_sessions(db_path: Path) -> None:
-    seen: list[list[str]] = []
-    rec = Recorder(db_path, retention_days=30, on_pruned=seen.append)
+    rec = Recorder(db_path, retention_days=30)
     async with rec.run():
         rec.session_opened("old", client_info=None, protocol_version=None, port=1, pid=2)
         rec.session_opened("live", client_info=None, protocol_version=None, port=3, pid=4)
@@ -196,7 +199,7 @@ async def test_retention_prunes_old_rows_but_not_live_sessions(db_path: Path) ->
         assert await rec.prune() == []  # nothing is 30 days old yet
         assert _count(db_path, "responses") == 2
         pruned = await rec.prune(now=time.time() + 31 * 86400)
-        assert pruned == ["old"] and seen == [["old"]]
+        assert pruned == ["old"]
         for table in ("requests", "responses", "console_logs"):
             assert _count(db_path, table) == 0
         assert [r[0] for r in _query(db_path, "SELECT id FROM sessions")] == ["live"]
@@ -222,3 +225,76 @@ async def test_cancelled_lifespan_still_drains_the_queue(db_path: Path) -> None:
             await anyio.sleep_forever()
     assert scope.cancelled_caught
     assert _count(db_path, "responses") == 100
+
+
+def _shot_result(out: Path) -> dict[str, Any]:
+    text = "\n".join([
+        "### Result", f"- [Screenshot of viewport]({out}/shot.png)", "- [Page as pdf](page.pdf)",
+        f"- [Storage state]({out}/storage-state.json)", "- [Hidden](.router-storage-save.json)",
+        "- [Big](big.bin)", "- [Outside](../secret.png)",
+        "### Snapshot", f"- [Snapshot]({out}/page-1.yml)",
+    ])
+    return {"content": [{"type": "text", "text": text}]}
+
+
+async def test_linked_files_are_kept_with_their_row_and_pruned_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layout = StateLayout(tmp_path / "state")
+    out = tmp_path / "worker" / "out"
+    out.mkdir(parents=True)
+    (out / "shot.png").write_bytes(b"\x89PNG shot")
+    (out / "page.pdf").write_bytes(b"%PDF pdf")
+    (out / "page-1.yml").write_text("- button [ref=e1]")
+    (out / "storage-state.json").write_text('{"cookies": ["secret"]}')
+    (out / ".router-storage-save.json").write_text('{"cookies": ["secret"]}')
+    (out / "big.bin").write_bytes(b"x" * 65)
+    (tmp_path / "worker" / "secret.png").write_bytes(b"outside")
+    monkeypatch.setattr(files, "MAX_FILE_BYTES", 64)
+    rec = Recorder(layout.db, layout=layout, retention_days=30)
+    async with rec.run():
+        rec.request("shot", "s", "tools/call", "browser_take_screenshot", {})
+        rec.response("shot", status="success", result=_shot_result(out), duration_ms=1, output_dir=out)
+        await rec.flush()
+        shutil.rmtree(out)  # the session went dormant
+        kept = layout.files_dir("shot")
+        assert sorted(p.name for p in kept.iterdir()) == ["page.pdf", "shot.png"]
+        assert (kept / "shot.png").read_bytes() == b"\x89PNG shot"
+        assert {p.stat().st_mode & 0o777 for p in kept.iterdir()} == {0o600}
+        assert rec.records is not None
+        call = await rec.records.get_call("shot")
+        assert [(f["name"], f["title"], f["mime"]) for f in call["files"]] == [
+            ("shot.png", "Screenshot of viewport", "image/png"), ("page.pdf", "Page as pdf", "application/pdf"),
+        ]
+        assert call["page_snapshot"] == "- button [ref=e1]"
+        assert await rec.prune() == []
+        assert kept.is_dir()
+        await rec.prune(now=time.time() + 31 * 86400)
+        assert not kept.exists()
+        assert _count(layout.db, "call_files") == 0
+
+
+async def test_without_a_layout_no_files_are_kept(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "shot.png").write_bytes(b"\x89PNG shot")
+    rec = Recorder(tmp_path / "router.db")
+    async with rec.run():
+        rec.request("shot", "s", "tools/call", "browser_take_screenshot", {})
+        rec.response("shot", status="success", result=_shot_result(out), duration_ms=1, output_dir=out)
+        await rec.flush()
+    assert _count(tmp_path / "router.db", "call_files") == 0 and not (tmp_path / "files").exists()
+
+
+async def test_resume_reasons_are_session_events(recorder: Recorder, db_path: Path) -> None:
+    recorder.session_opened("s", client_info=None, protocol_version=None, port=1, pid=2)
+    for reason in ("idle", "crash", "router-restart"):
+        recorder.session_resumed("s", reason)
+    assert recorder.records is not None
+    events = await recorder.records.session_events("s")
+    assert [(e["kind"], e["detail"]) for e in events] == [
+        ("resumed", "idle"), ("resumed", "crash"), ("resumed", "router-restart"),
+    ]
+    assert (await recorder.records.list_sessions())[0]["last_resume"] == "router-restart"
+    lines = [json.loads(line) async for line in recorder.records.export_session("s")]
+    assert [e["detail"] for e in lines[0]["events"]] == ["idle", "crash", "router-restart"]

@@ -7,9 +7,12 @@ from collections.abc import AsyncIterator
 from datetime import UTC
 from pathlib import Path
 
+import anyio
 import pytest
 
+from router.cli.main import main
 from router.cli.reports import format_sessions_table, format_timeline
+from router.layout import StateLayout
 from router.record.recorder import Recorder
 from router.record.records import NoSnapshot, RecordNotFound, Records
 from tests.recorder.conftest import Answers
@@ -170,3 +173,32 @@ async def test_readonly_records_for_the_cli(db_path: Path, answers: Answers) -> 
     async with Records.open(db_path, readonly=True) as ro:
         assert len(await ro.list_sessions()) == 3
         assert len(await ro.session_calls("s2")) == 1
+
+
+def test_show_tells_why_the_session_resumed_and_where_its_files_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    layout = StateLayout(tmp_path / "state")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "shot.png").write_bytes(b"\x89PNG shot")
+    result = {"content": [{"type": "text", "text": f"### Result\n- [Screenshot of viewport]({out}/shot.png)"}]}
+
+    async def record() -> None:
+        async with Recorder(layout.db, layout=layout).run() as rec:
+            rec.session_opened("s", client_info=None, protocol_version=None, port=1, pid=2)
+            rec.request("before", "s", "tools/call", "browser_navigate", {})
+            rec.response("before", status="success", result=result, duration_ms=1, output_dir=out)
+            await rec.flush()
+            rec.session_resumed("s", "idle")
+            await rec.flush()
+            rec.request("after", "s", "tools/call", "browser_click", {})
+            rec.response("after", status="success", result={"content": []}, duration_ms=1)
+
+    anyio.run(record)
+    assert main(["show", "s", "--state-dir", str(layout.root)]) == 0
+    lines = capsys.readouterr().out.split("\n")
+    at = {name: next(i for i, line in enumerate(lines) if name in line)
+          for name in ("before", "resumed (idle)", "after")}
+    assert at["before"] < at["resumed (idle)"] < at["after"]
+    assert lines[at["before"] + 1].strip() == f"file: {layout.files_dir('before') / 'shot.png'}"

@@ -79,3 +79,18 @@ def test_newer_file_is_refused(tmp_path: Path) -> None:
             schema.migrate(conn)
     finally:
         conn.close()
+
+
+def test_a_v1_file_migrates_with_its_rows(tmp_path: Path) -> None:
+    """A record written before kept files and session events gains both tables, rows intact."""
+    conn = sqlite3.connect(tmp_path / "r.db", isolation_level=None)
+    try:
+        for statement in schema.MIGRATIONS[0]:
+            conn.execute(statement)
+        conn.execute("PRAGMA user_version = 1")
+        conn.execute("INSERT INTO sessions (id, created, last_activity, state) VALUES ('s', 1, 1, 'closed')")
+        assert schema.migrate(conn) == schema.SCHEMA_VERSION >= 3
+        assert {"call_files", "session_events"} <= _tables(conn)
+        assert conn.execute("SELECT id FROM sessions").fetchall() == [("s",)]
+    finally:
+        conn.close()

@@ -94,6 +94,19 @@ function argsText(call) {
   return JSON.stringify(args);
 }
 
+const RESUME_REASONS = {
+  idle: "resumed after idle",
+  crash: "resumed after a crash",
+  hibernation: "resumed after hibernation",
+  "router-restart": "resumed after a router restart",
+  "new-browser": "new browser (create_new_session)",
+};
+
+function eventText(e) {
+  if (e.kind === "resumed") return RESUME_REASONS[e.detail] || "resumed (" + e.detail + ")";
+  return e.kind + (e.detail ? " (" + e.detail + ")" : "");
+}
+
 function renderSession(data) {
   const s = data.session;
   $("session-id").textContent = s.id;
@@ -103,10 +116,12 @@ function renderSession(data) {
   const meta = [s.client || "unknown client", "created " + clock(s.created)];
   if (s.worker_pid) meta.push("worker pid " + s.worker_pid + " port " + s.worker_port);
   if (s.memory_bytes != null) meta.push(mib(s.memory_bytes));
+  if (s.last_resume) meta.push(eventText({ kind: "resumed", detail: s.last_resume }));
   $("session-meta").textContent = meta.join(" · ");
   $("end-button").disabled = !s.live;
   $("hibernate-button").disabled = !s.worker_pid; // dormant already: nothing to hibernate
-  const key = JSON.stringify(data.calls.map((c) => [c.ref_id, c.status]));
+  const events = data.events || [];
+  const key = JSON.stringify([data.calls.map((c) => [c.ref_id, c.status]), events.length]);
   if (key === state.callsKey) return; // unchanged: keep the DOM (and a pending click) as it is
   state.callsKey = key;
   const rows = data.calls.map((c) => {
@@ -122,9 +137,15 @@ function renderSession(data) {
     tr.dataset.refId = c.ref_id;
     tr.dataset.tool = c.tool || c.method;
     tr.addEventListener("click", () => selectCall(c.ref_id));
-    return tr;
+    return [c.ts, tr];
   });
-  $("calls").tBodies[0].replaceChildren(...rows);
+  for (const e of events) {
+    const tr = el("tr", { className: "event" }, el("td", {}, clock(e.ts)), el("td", { colSpan: 4 }, eventText(e)));
+    tr.dataset.kind = e.kind;
+    rows.push([e.ts, tr]);
+  }
+  rows.sort((a, b) => a[0] - b[0]);
+  $("calls").tBodies[0].replaceChildren(...rows.map((r) => r[1]));
   $("no-calls").hidden = rows.length > 0;
 }
 
@@ -177,6 +198,10 @@ function renderCall(call) {
     el("figure", {}, el("img", { src: img.url, alt: img.name }), el("figcaption", {}, img.name + " (" + img.source + ")")),
   );
   $("images").replaceChildren(...(images.length ? images : [el("p", { className: "empty" }, "(none)")]));
+  const files = (call.files || []).map((f) =>
+    el("li", {}, el("a", { href: f.url, download: f.name }, f.name), " — " + (f.title || f.mime) + ", " + f.size + " bytes"),
+  );
+  $("files").replaceChildren(...(files.length ? files : [el("li", { className: "empty" }, "(none kept)")]));
   let raw = call.result;
   try {
     raw = JSON.stringify(JSON.parse(call.result), null, 2);

@@ -1,0 +1,85 @@
+"""Every path under the state directory, in one place.
+
+    <state>/router.db                 the record (SQLite)
+    <state>/router.json               where the running router listens (CLI → running router)
+    <state>/sessions/<id>/            one session: session.json, state.json, profile/, out/
+    <state>/workers/<id>.json         pid files of live workers (workers/orphans.py)
+    <state>/files/<ref_id>/<name>     files a recorded call linked (screenshots, pdfs), kept with
+                                      its row so that they outlive the worker's output dir
+
+``workers/`` computes the session, output, profile and pid paths itself (it must not import the
+router); tests/router/test_layout.py checks that both agree.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+DB_NAME: Final = "router.db"
+ROUTER_FILE: Final = "router.json"
+SESSIONS: Final = "sessions"
+WORKERS: Final = "workers"
+FILES: Final = "files"
+OUTPUT: Final = "out"
+PROFILE: Final = "profile"
+SESSION_FILE: Final = "session.json"
+STATE_FILE: Final = "state.json"
+
+# Session ids are minted URL-safe base64, ref_ids UUIDs; a client-chosen id could be anything, so
+# a name that would leave its directory ("..", "/") never becomes a path.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
+
+
+def _checked(name: str) -> str:
+    if not _SAFE_NAME.fullmatch(name) or name.startswith(".."):
+        raise ValueError(f"not a usable path component: {name!r}")
+    return name
+
+
+@dataclass(frozen=True)
+class StateLayout:
+    root: Path
+
+    @property
+    def db(self) -> Path:
+        return self.root / DB_NAME
+
+    @property
+    def router_file(self) -> Path:
+        return self.root / ROUTER_FILE
+
+    @property
+    def sessions_root(self) -> Path:
+        return self.root / SESSIONS
+
+    @property
+    def workers_dir(self) -> Path:
+        """Pid files of live workers."""
+        return self.root / WORKERS
+
+    @property
+    def files_root(self) -> Path:
+        return self.root / FILES
+
+    def session_dir(self, session_id: str) -> Path:
+        return self.sessions_root / _checked(session_id)
+
+    def output_dir(self, session_id: str) -> Path:
+        """The worker's --output-dir (and cwd): snapshots, console logs, screenshots."""
+        return self.session_dir(session_id) / OUTPUT
+
+    def profile_dir(self, session_id: str) -> Path:
+        return self.session_dir(session_id) / PROFILE
+
+    def session_file(self, session_id: str) -> Path:
+        return self.session_dir(session_id) / SESSION_FILE
+
+    def state_file(self, session_id: str) -> Path:
+        return self.session_dir(session_id) / STATE_FILE
+
+    def files_dir(self, ref_id: str) -> Path:
+        """The files kept for one recorded call."""
+        return self.files_root / _checked(ref_id)
