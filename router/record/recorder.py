@@ -268,7 +268,7 @@ class Recorder:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recorder")
         self._wake = asyncio.Event()  # bound to this loop
         try:
-            self._conn = await loop.run_in_executor(self._executor, schema.connect, self.db_path)
+            self._conn = await loop.run_in_executor(self._executor, schema.connect_or_replace, self.db_path)
             interrupted = await self.call_in_writer(schema.mark_interrupted)
             if interrupted:
                 log.warning("recorder: %d session(s) of a previous run marked interrupted", interrupted)
