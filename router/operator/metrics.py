@@ -191,6 +191,14 @@ class _LiveCollector(Collector):
             )
             dropped.add_metric([], recorder.dropped)
             yield dropped
+            for name, help_text, number in (
+                ("recorder_queue_bytes", "Bytes of params and results waiting for the writer", recorder.queue_bytes),
+                ("recorder_failed_batches", "Record batches that lost rows (since start)", recorder.failed_batches),
+                ("recorder_failed_rows", "Record rows that could not be written (since start)", recorder.failed_rows),
+            ):
+                gauge = GaugeMetricFamily(f"{PREFIX}_{name}", help_text)
+                gauge.add_metric([], number)
+                yield gauge
         if self.db_path is not None:
             size = GaugeMetricFamily(f"{PREFIX}_db_size_bytes", "Size of the record database with its WAL")
             size.add_metric([], _db_size(self.db_path))
