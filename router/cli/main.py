@@ -78,6 +78,7 @@ def _serve_locked(settings: Settings) -> int:
     import uvicorn
 
     from router.http.app import create_app
+    from router.http.limits import concurrency_limit, limited_protocol, raise_open_files_limit
 
     app = create_app(settings)
     config = uvicorn.Config(
@@ -88,6 +89,9 @@ def _serve_locked(settings: Settings) -> int:
         access_log=False,
         timeout_graceful_shutdown=5,
         lifespan="on",
+        # Bounded request heads (size, fields, time to send) and connections at once.
+        http=limited_protocol(),
+        limit_concurrency=concurrency_limit(raise_open_files_limit()),
     )
     manager = app.state.manager
     health = app.state.health
