@@ -363,7 +363,7 @@ class Recorder:
                     self._settle(lost)
         except asyncio.CancelledError:
             raise
-        except BaseException as exc:
+        except Exception as exc:
             # _write_batch handles every database error itself: this is a bug or a broken
             # executor. Nothing will be recorded any more; say so rather than limp on.
             self.writer_failure = f"recorder writer died: {exc!r}"
