@@ -6,8 +6,9 @@ sends nothing at all, open for ever; h11 caps the header size (``h11_max_incompl
 but parses several times slower. So the router keeps httptools and counts in the parser's own
 callbacks: the request line and header fields, never the body (the endpoint caps that). A request
 past a limit gets ``431`` and the connection is closed; a head not complete within the timeout
-(counted from the connection's opening or the previous response) gets ``408`` or, if nothing was
-sent at all, a plain close.
+gets ``408`` or, if nothing was sent at all, a plain close. The timeout counts from the
+connection's opening, and on a kept-alive connection from the first byte of each later request
+(uvicorn's keep-alive timeout bounds the idle time in between).
 
 The connection cap is uvicorn's ``limit_concurrency`` (``503`` past it), sized from the open-file
 limit: each request holds the client's socket and one to its worker.

@@ -16,6 +16,7 @@ import pytest
 import uvicorn
 
 from router.http.limits import (
+    HEADER_TIMEOUT_S,
     MAX_CONCURRENCY,
     MAX_HEADERS,
     MIN_CONCURRENCY,
@@ -30,6 +31,7 @@ FIELDS_LIMIT = 20
 TIMEOUT = 0.5
 # A closed connection is noticed well within this; an open one is held for ever.
 CLOSE_WAIT = 5.0
+TRICKLE_EVERY = 0.5
 
 
 async def _ok(scope: Any, receive: Any, send: Any) -> None:
@@ -180,6 +182,7 @@ def test_serve_bounds_the_request_head(state_dir: Path) -> None:
             _send_quietly(s, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" + fields + b"\r\n")
             assert _read_all(s).startswith(b"HTTP/1.1 431")
         assert _answers(port)  # and it still serves
+        assert _trickle_cut_off_after(port) < HEADER_TIMEOUT_S + CLOSE_WAIT
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -192,3 +195,21 @@ def _answers(port: int) -> bool:
             return _read_all(s).startswith(b"HTTP/1.1 200")
     except OSError:
         return False
+
+
+def _trickle_cut_off_after(port: int) -> float:
+    """Seconds until the router cuts a connection that sends its head one byte at a time."""
+    with _connect(port) as s:
+        started = time.monotonic()
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        s.settimeout(TRICKLE_EVERY)
+        while time.monotonic() - started < HEADER_TIMEOUT_S + CLOSE_WAIT:
+            try:
+                s.sendall(b"X")
+                if not s.recv(1024):
+                    break
+            except TimeoutError:
+                continue  # still open: the next byte
+            except OSError:
+                break
+        return time.monotonic() - started
