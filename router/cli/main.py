@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import FrameType
+from typing import Final
 
 from router.operator.logs import configure_logging
 from router.settings import Settings
+
+log = logging.getLogger("mcp_router.serve")
+
+EXIT_FAILED: Final = 1  # a core part died, or start-up failed: systemd's Restart=on-failure restarts
+EXIT_STATE_LOCKED: Final = 75  # EX_TEMPFAIL: another router holds the state directory
 
 
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -49,11 +57,29 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def serve(settings: Settings) -> int:
+    from router.state_lock import StateDirLocked, StateLock
+
+    configure_logging(settings.log_level, settings.log_format)
+    # Before anything touches the state directory: the orphan sweep at start-up would end the
+    # workers of a router already serving it.
+    lock = StateLock(Path(settings.state_dir))
+    try:
+        lock.acquire()
+    except StateDirLocked as exc:
+        log.error("%s; refusing to start", exc)
+        return EXIT_STATE_LOCKED
+    try:
+        return _serve_locked(settings)
+    finally:
+        lock.release()
+
+
+def _serve_locked(settings: Settings) -> int:
     import uvicorn
 
     from router.http.app import create_app
+    from router.http.limits import concurrency_limit, limited_protocol, raise_open_files_limit
 
-    configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings)
     config = uvicorn.Config(
         app,
@@ -63,8 +89,12 @@ def serve(settings: Settings) -> int:
         access_log=False,
         timeout_graceful_shutdown=5,
         lifespan="on",
+        # Bounded request heads (size, fields, time to send) and connections at once.
+        http=limited_protocol(),
+        limit_concurrency=concurrency_limit(raise_open_files_limit()),
     )
     manager = app.state.manager
+    health = app.state.health
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -72,7 +102,22 @@ def serve(settings: Settings) -> int:
             manager.request_stop()
             super().handle_exit(sig, frame)
 
-    Server(config).run()
+    server = Server(config)
+
+    def shut_down(component: str, reason: str) -> None:
+        # A process whose core part is gone answers every client with an error: end it, so that
+        # the service manager starts a working one.
+        manager.request_stop()
+        server.should_exit = True
+
+    health.on_failure(shut_down)
+    server.run()
+    if not server.started:
+        log.error("the router did not start")
+        return EXIT_FAILED
+    if not health.ok:
+        log.error("exiting after a failure: %s", health.failures)
+        return EXIT_FAILED
     return 0
 
 

@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from router.cli import admin
+from router.health import Health
 from router.http.endpoint import McpEndpoint
 from router.http.errors import ServiceUnavailable
 from router.http.exchange import ExchangeHooks
@@ -78,11 +79,15 @@ def create_app(settings: Settings) -> Starlette:
     layout = StateLayout(Path(settings.state_dir))
     layout.root.mkdir(parents=True, exist_ok=True)
     supervisor = build_supervisor(settings)
+    health = Health()
     recorder = None
     if settings.record:
         from router.record.recorder import Recorder
 
-        recorder = Recorder(layout.db, layout=layout, retention_days=settings.retention_days)
+        recorder = Recorder(
+            layout.db, layout=layout, retention_days=settings.retention_days,
+            on_writer_failure=health.reporter("recorder"),
+        )
     metrics = Metrics()
     manager = SessionManager(
         supervisor=supervisor,
@@ -115,23 +120,43 @@ def create_app(settings: Settings) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with AsyncExitStack() as stack:
-            await stack.enter_async_context(supervisor.run())
-            if recorder is not None:
-                await stack.enter_async_context(recorder.run())
-            await stack.enter_async_context(manager.run())
-            stack.enter_context(admin.router_file(layout, settings.host, settings.port))
-            yield
+        started = False
+        try:
+            async with AsyncExitStack() as stack:
+                await stack.enter_async_context(supervisor.run())
+                if recorder is not None:
+                    await stack.enter_async_context(recorder.run())
+                await stack.enter_async_context(manager.run())
+                stack.enter_context(admin.router_file(layout, settings.host, settings.port))
+                started = True
+                yield
+        except Exception as exc:
+            # A task group of a core part failed while serving: uvicorn would log it and serve on
+            # with nothing behind the routes. Reported, it makes /healthz 503 and `serve` exit.
+            if started:
+                health.fail("core", f"a core task failed: {exc!r}")
+            raise
 
     async def healthz(request: Request) -> JSONResponse:
-        return JSONResponse(
-            {
-                "status": "ok",
-                "sessions": len(manager.sessions.live()),
-                "workers": supervisor.live_count,
-                "warm_workers": len(manager.pool),
+        failures = health.failures
+        body: dict[str, Any] = {
+            "status": "failing" if failures else "ok",
+            "sessions": len(manager.sessions.live()),
+            "workers": supervisor.live_count,
+            "warm_workers": len(manager.pool),
+        }
+        if failures:
+            body["failures"] = failures
+        if recorder is not None:
+            body["record"] = {
+                "failing": recorder.failing,
+                "failed_batches": recorder.failed_batches,
+                "failed_rows": recorder.failed_rows,
+                "dropped": recorder.dropped,
+                "queue": recorder.queue_len,
+                "queue_bytes": recorder.queue_bytes,
             }
-        )
+        return JSONResponse(body, status_code=503 if failures else 200)
 
     app = Starlette(
         routes=[
@@ -150,6 +175,7 @@ def create_app(settings: Settings) -> Starlette:
         lifespan=lifespan,
     )
     app.state.manager = manager
+    app.state.health = health
     app.state.metrics = metrics
     app.state.settings = settings
     return app

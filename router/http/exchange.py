@@ -54,7 +54,8 @@ class Exchange:
         recorder = hooks.recorder
         if recorder is not None:
             recorder.request(
-                exchange.ref_id, session.id, message.method or "", message.tool_name, message.body.get("params")
+                exchange.ref_id, session.id, message.method or "", message.tool_name, message.body.get("params"),
+                size=len(message.raw),
             )
         return exchange
 
@@ -175,9 +176,10 @@ class Exchange:
                 duration_ms=self._elapsed_ms(),
                 output_dir=connection.worker.output_dir if connection is not None else None,
             )
-            if self.is_tool_call:
-                # A row whose answer reached the client must survive a SIGKILL of the router.
-                await recorder.flush()
+            # A tool call's row whose answer reached the client must survive a SIGKILL of the
+            # router. If it could not be written the client still gets its answer (counted).
+            if self.is_tool_call and not await recorder.flush():
+                log.warning("call answered without its record session=%s ref=%s", self.session.id, self.ref_id)
         self._log("error" if is_error else "success")
 
     def _log(self, status: str) -> None:

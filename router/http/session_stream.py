@@ -19,7 +19,7 @@ import httpx
 from starlette.types import Receive, Scope, Send
 
 from router.http.proxy import WorkerConnection, upstream_headers
-from router.http.sse import KEEPALIVE_COMMENT, EventSplitter, event_json
+from router.http.sse import KEEPALIVE_COMMENT, EventSplitter, EventTooLarge, event_json
 from router.http.streaming import Writer, run_stream, send_start
 from router.sessions.table import ENDED, Session
 from router.types import H_SESSION_ID, SSE_HEADERS
@@ -93,7 +93,11 @@ class SessionStream:
                 session.relay_ready.set()
             splitter = EventSplitter()
             async for chunk in upstream.aiter_raw():
-                events = splitter.feed(chunk)
+                try:
+                    events = splitter.feed(chunk)
+                except EventTooLarge as exc:  # dropped whole; the events before it still go
+                    log.warning("dropped an oversized event on session=%s's stream: %s", session.id, exc)
+                    events = exc.events
                 if not events:
                     continue
                 for event in events:

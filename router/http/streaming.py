@@ -11,7 +11,8 @@ import anyio
 import httpx
 from starlette.types import Receive, Send
 
-from router.http.sse import KEEPALIVE_COMMENT, EventSplitter
+from router.http.errors import INTERNAL_ERROR, error_body
+from router.http.sse import KEEPALIVE_COMMENT, EventSplitter, EventTooLarge, encode_event
 from router.types import H_SESSION_ID, JSON
 
 if TYPE_CHECKING:
@@ -51,11 +52,22 @@ async def forward_events(upstream: httpx.Response, writer: Writer, exchange: Exc
     each chunk's whole events in one write; a request's own answer passes through its exchange."""
     splitter = EventSplitter()
     async for chunk in upstream.aiter_raw():
-        events = splitter.feed(chunk)
+        too_large: EventTooLarge | None = None
+        try:
+            events = splitter.feed(chunk)
+        except EventTooLarge as exc:
+            events, too_large = exc.events, exc
         if events:
             if exchange is not None:
                 events = [await exchange.answer_event(e) for e in events]
             await writer(b"".join(events))
+        if too_large is not None:
+            # Most likely the answer itself: this call gets a clear error, nothing else is held up.
+            message = f"The worker's answer was too large to relay: {too_large}"
+            if exchange is not None and not exchange.done:
+                exchange.failed(message)
+                await writer(encode_event(error_body(INTERNAL_ERROR, message, None, exchange.message.id)))
+            return
 
 
 async def run_stream(

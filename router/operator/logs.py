@@ -6,7 +6,7 @@ import json
 import logging
 import re
 import time
-from typing import Final
+from typing import Any, Final
 
 # The router's own requests to its workers: httpx logs each one at INFO ("HTTP Request: POST ...").
 # One line per client call and per session event is the readable story; these show at debug only.
@@ -22,17 +22,49 @@ _KEYS_IN_TEXT = (
     ("ref_id", re.compile(r"\bref=([A-Za-z0-9-]+)")),
 )
 
+TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# Log arguments carry client-chosen text (tool names, methods, ids): a newline in one must not
+# start a forged line, nor an escape sequence drive the operator's terminal. C0, DEL, C1 and the
+# Unicode line/paragraph separators are written as escapes.
+_CONTROLS: Final = {
+    code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    for code in (*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029)
+} | {ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
+
+
+def escape_controls(text: str) -> str:
+    return text.translate(_CONTROLS)
+
+
+class TextFormatter(logging.Formatter):
+    """One line per record: the message (with its arguments) has its control characters escaped;
+    only a traceback, appended after it, spans lines."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return escape_controls(super().formatMessage(record))
+
+
+def _escaped(value: Any) -> Any:
+    return escape_controls(value) if isinstance(value, str) else value
+
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
+        # json.dumps already escapes control characters; escaping the text as well keeps a value
+        # on one line once a reader decodes it (`jq -r .msg`).
         entry = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": escape_controls(record.getMessage()),
         }
-        entry.update({k: v for k, v in vars(record).items() if k not in _RESERVED and not k.startswith("_")})
+        entry.update(
+            {k: _escaped(v) for k, v in vars(record).items() if k not in _RESERVED and not k.startswith("_")}
+        )
         for key, pattern in _KEYS_IN_TEXT:
             if key not in entry:
                 found = pattern.search(entry["msg"])
@@ -48,7 +80,7 @@ def configure_logging(level: str, fmt: str) -> None:
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -9,6 +9,7 @@ process-wide default), so two routers in one process (tests) never mix their num
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable
@@ -32,6 +33,21 @@ PREFIX: Final = "mcp_router"
 # misbehaving client cannot grow the series without bound.
 MAX_TOOL_LABELS: Final = 200
 OTHER: Final = "other"
+# A tool label is a plausible tool name (the spec's charset, a sane length) or "other": a 100 KB
+# name must never become a series.
+_TOOL_LABEL: Final = re.compile(r"[A-Za-z0-9_./:-]{1,64}")
+# The method label comes from this fixed set (every revision's client-to-server methods);
+# anything else a client sends counts as "other".
+KNOWN_METHODS: Final = frozenset({
+    "initialize", "ping", "server/discover", "subscriptions/listen",
+    "tools/list", "tools/call",
+    "resources/list", "resources/templates/list", "resources/read", "resources/subscribe",
+    "resources/unsubscribe",
+    "prompts/list", "prompts/get", "completion/complete", "logging/setLevel",
+    "tasks/get", "tasks/result", "tasks/list", "tasks/cancel",
+    "notifications/initialized", "notifications/cancelled", "notifications/progress",
+    "notifications/roots/list_changed",
+})
 SPAWN_BUCKETS: Final = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 CALL_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 OVERHEAD_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
@@ -118,7 +134,7 @@ class Metrics:
         _note_worker_start()
 
     def call_done(self, method: str, tool: str | None, status: str, seconds: float) -> None:
-        self.requests.labels(method, status).inc()
+        self.requests.labels(method if method in KNOWN_METHODS else OTHER, status).inc()
         if method == "tools/call":
             label = self._tool_label(tool or "")
             self.tool_calls.labels(label, status).inc()
@@ -130,7 +146,7 @@ class Metrics:
     def _tool_label(self, tool: str) -> str:
         if tool in self._tools:
             return tool
-        if len(self._tools) >= MAX_TOOL_LABELS:
+        if len(self._tools) >= MAX_TOOL_LABELS or _TOOL_LABEL.fullmatch(tool) is None:
             return OTHER
         self._tools.add(tool)
         return tool
@@ -175,6 +191,14 @@ class _LiveCollector(Collector):
             )
             dropped.add_metric([], recorder.dropped)
             yield dropped
+            for name, help_text, number in (
+                ("recorder_queue_bytes", "Bytes of params and results waiting for the writer", recorder.queue_bytes),
+                ("recorder_failed_batches", "Record batches that lost rows (since start)", recorder.failed_batches),
+                ("recorder_failed_rows", "Record rows that could not be written (since start)", recorder.failed_rows),
+            ):
+                gauge = GaugeMetricFamily(f"{PREFIX}_{name}", help_text)
+                gauge.add_metric([], number)
+                yield gauge
         if self.db_path is not None:
             size = GaugeMetricFamily(f"{PREFIX}_db_size_bytes", "Size of the record database with its WAL")
             size.add_metric([], _db_size(self.db_path))

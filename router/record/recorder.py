@@ -2,14 +2,20 @@
 
 The proxy calls the enqueue methods (``session_opened``, ``request``, ``response``...). They are
 synchronous, append to an in-memory deque and return: no await, no disk, no exception, so a full or
-locked disk can never fail or delay a client's call. One writer task drains the deque in batches;
-each batch is one transaction on a plain ``sqlite3`` connection owned by a single dedicated thread
-(one thread hop per batch — aiosqlite would cost a hop per statement). JSON encoding, reading the
-worker's linked snapshot/console files and console normalisation also happen on that thread.
+locked disk can never fail or delay a client's call. The deque is bounded in items and in bytes;
+past either bound an item is dropped, counted, and logged (once per interval), never waited for.
+One writer task drains the deque in batches; each batch is one transaction on a plain ``sqlite3``
+connection owned by a single dedicated thread (one thread hop per batch — aiosqlite would cost a
+hop per statement). JSON encoding, reading the worker's linked snapshot/console files and console
+normalisation also happen on that thread.
 
 Durability: WAL + synchronous=NORMAL, commit after every batch. A committed batch survives SIGKILL
 of the router. The writer wakes as soon as something is enqueued, so a row is on disk a few ms
-after the call; a caller that must not answer before the row is durable awaits ``flush()``.
+after the call; a caller that must not answer before the row is durable awaits ``flush()``, which
+says whether everything it waited for was committed (a failed batch or a drop makes it False).
+
+Failing loudly: failed batches and rows are counted (``failed_batches``, ``failed_rows``) for
+/metrics and /healthz; should the writer task itself die, ``on_writer_failure`` is told once.
 
 Must be used from the event loop thread only (the enqueue methods are not thread-safe).
 """
@@ -44,6 +50,12 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 BATCH_MAX: Final = 512
+QUEUE_MAX: Final = 10_000
+# Pending params and results held in memory at most; a screenshot answer is a few MB.
+QUEUE_MAX_BYTES: Final = 64 * 1024 * 1024
+DROP_LOG_INTERVAL_S: Final = 10.0
+# Past this many nodes a value's size is measured by encoding it rather than by walking it.
+SIZE_WALK_MAX_NODES: Final = 10_000
 PRUNE_EVERY_S: Final = 3600.0
 SHUTDOWN_DRAIN_S: Final = 10.0
 MAX_PENDING_FAILURES: Final = 100
@@ -51,10 +63,43 @@ MAX_PENDING_FAILURES: Final = 100
 
 @dataclass(frozen=True, slots=True)
 class _Item:
-    kind: str  # "open" | "state" | "activity" | "resumed" | "request" | "response"
+    kind: str  # "open" | "state" | "activity" | "resumed" | "request" | "response" | "dropped"
     ts: float
     key: str  # session id or ref_id, for failure messages
-    data: tuple[Any, ...]
+    data: tuple[Any, ...]  # for "dropped": (how many items were refused at this point,)
+    seq: int  # position in the stream of items; flush() waits on it
+    size: int  # approximate bytes held in memory
+
+
+@dataclass(slots=True)
+class _Waiter:
+    """A flush(): waits for the items with ``start < seq <= target``."""
+
+    start: int
+    target: int
+    future: asyncio.Future[bool]
+    lost: bool = False
+
+
+def _approx_size(value: Any) -> int:
+    """Bytes a value holds, roughly, without encoding it on the proxy's path when it is small
+    or flat (the usual case); a deep value past SIZE_WALK_MAX_NODES is encoded once instead."""
+    stack, total, nodes = [value], 0, 0
+    while stack:
+        item = stack.pop()
+        nodes += 1
+        if nodes > SIZE_WALK_MAX_NODES:
+            return len(_json(value) or "")
+        if isinstance(item, str | bytes | bytearray):
+            total += len(item)
+        elif isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        else:
+            total += 8
+    return total
 
 
 def _json(value: Any) -> str | None:
@@ -70,30 +115,40 @@ def _json(value: Any) -> str | None:
 class Recorder:
     def __init__(
         self, db_path: Path, *, layout: StateLayout | None = None, retention_days: float = 30.0,
-        queue_max: int = 10_000,
+        queue_max: int = QUEUE_MAX, queue_max_bytes: int = QUEUE_MAX_BYTES,
+        on_writer_failure: Callable[[str], None] | None = None,
     ) -> None:
         """``layout``: where the files a call linked are kept (``layout.files_dir(ref_id)``);
-        without one, only snapshots and console text are kept."""
+        without one, only snapshots and console text are kept. ``on_writer_failure(reason)`` runs
+        once if the writer task dies: nothing is recorded any more, and the process should be
+        restarted."""
         self.db_path = Path(db_path)
         self.layout = layout
+        self.on_writer_failure = on_writer_failure
         self.retention_days = retention_days
         self.queue_max = queue_max
+        self.queue_max_bytes = queue_max_bytes
         self.dropped = 0  # items refused because the queue was full
         self.failures = 0  # items that reached the writer but could not be written
         self.written = 0
         self.batches = 0  # committed batch transactions
+        self._failed_batches = 0  # batches of which at least one item was not written
+        self._last_batch_failed = False
+        self.writer_failure: str | None = None  # why the writer task died, if it did
         self.records: Records | None = None  # read side, set while run() is active
         self._queue: deque[_Item] = deque()
+        self._queued_items = 0  # real items in the queue (drop markers excluded)
+        self._queued_bytes = 0
+        self._drop_logged_at = -DROP_LOG_INTERVAL_S
         self._enqueued = 0  # sequence numbers: flush() waits until _done catches up
         self._done = 0
-        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._waiters: list[_Waiter] = []
         self._wake = asyncio.Event()
         self._writer_task: asyncio.Task[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
         # Touched only on the writer thread: failures waiting to be written to recorder_failures.
         self._pending_failures: deque[tuple[float, str, str]] = deque(maxlen=MAX_PENDING_FAILURES)
-        self._dropped_reported = 0
 
     # ---------------------------------------------------------------- enqueue (proxy hot path)
 
@@ -103,27 +158,33 @@ class Recorder:
         parent_id: str | None = None,
     ) -> None:
         """A session got a worker (first spawn, or a respawn: port/pid are updated, state -> active)."""
-        self._put("open", session_id, (client_info, protocol_version, port, pid, metadata, parent_id))
+        self._put(
+            "open", session_id, (client_info, protocol_version, port, pid, metadata, parent_id),
+            _approx_size(client_info) + _approx_size(metadata),
+        )
 
     def session_state(self, session_id: str, state: str) -> None:
         """See schema.SESSION_STATES."""
-        self._put("state", session_id, (state,))
+        self._put("state", session_id, (state,), 0)
 
     def session_activity(self, session_id: str) -> None:
-        self._put("activity", session_id, ())
+        self._put("activity", session_id, (), 0)
 
     def session_resumed(self, session_id: str, reason: str) -> None:
         """The session got a worker again; ``reason`` is one of schema.RESUME_REASONS ("idle",
         "crash", "hibernation", "router-restart", "new-browser"). Kept as a session event."""
         if reason not in schema.RESUME_REASONS:
             log.warning("recorder: unknown resume reason %r for session=%s", reason, session_id)
-        self._put("resumed", session_id, (reason,))
+        self._put("resumed", session_id, (reason,), len(reason))
 
     def request(
-        self, ref_id: str, session_id: str, method: str, tool: str | None, params: Any
+        self, ref_id: str, session_id: str, method: str, tool: str | None, params: Any,
+        *, size: int | None = None,
     ) -> None:
-        """Every client->worker request. Also bumps the session's last_activity."""
-        self._put("request", ref_id, (session_id, method, tool, params))
+        """Every client->worker request. Also bumps the session's last_activity. ``size``: the
+        request's length on the wire when the caller knows it (spares measuring ``params``)."""
+        held = _approx_size(params) if size is None else size
+        self._put("request", ref_id, (session_id, method, tool, params), held + len(method) + len(tool or ""))
 
     def response(
         self, ref_id: str, *, status: str, result: Any, page_snapshot: str | None = None,
@@ -137,25 +198,73 @@ class Recorder:
         With ``output_dir`` (the worker's output dir) and no explicit snapshot/console, the writer
         thread extracts them from the answer, reading linked files inside that dir only.
         """
+        size = _approx_size(result) + _approx_size(page_snapshot) + _approx_size(console_logs)
         self._put(
             "response", ref_id,
             (status, result, page_snapshot, console_logs, error, duration_ms, output_dir, cwd),
+            size + len(error or ""),
         )
 
-    def _put(self, kind: str, key: str, data: tuple[Any, ...]) -> None:
+    def _put(self, kind: str, key: str, data: tuple[Any, ...], size: int) -> None:
         try:
-            if len(self._queue) >= self.queue_max:
-                self.dropped += 1  # reported as a recorder_failures row by the next batch
+            if self._queued_items >= self.queue_max or self._queued_bytes + size > self.queue_max_bytes:
+                self._drop(size)
                 return
-            self._queue.append(_Item(kind, time.time(), key, data))
             self._enqueued += 1
+            self._queue.append(_Item(kind, time.time(), key, data, self._enqueued, size))
+            self._queued_items += 1
+            self._queued_bytes += size
             self._wake.set()
         except Exception:  # the proxy path must never see a recording problem
             log.exception("recorder: enqueue failed")
 
+    def _drop(self, size: int) -> None:
+        """The record degrades, the proxy goes on. A drop marker takes the item's place in the
+        stream (consecutive drops share one), so a flush() covering it answers False and the
+        writer notes it in recorder_failures."""
+        self.dropped += 1
+        last = self._queue[-1] if self._queue else None
+        if last is not None and last.kind == "dropped":
+            self._queue[-1] = _Item("dropped", last.ts, "", (last.data[0] + 1,), last.seq, 0)
+        else:
+            self._enqueued += 1
+            self._queue.append(_Item("dropped", time.time(), "", (1,), self._enqueued, 0))
+            self._wake.set()
+        now = time.monotonic()
+        if now - self._drop_logged_at >= DROP_LOG_INTERVAL_S:
+            self._drop_logged_at = now
+            log.error(
+                "recorder: queue full (%d items, %d bytes pending; an item of %d bytes refused): "
+                "%d item(s) dropped since start, calls go on unrecorded",
+                self._queued_items, self._queued_bytes, size, self.dropped,
+            )
+
     @property
     def queue_len(self) -> int:
-        return len(self._queue)
+        return self._queued_items
+
+    @property
+    def queue_bytes(self) -> int:
+        return self._queued_bytes
+
+    @property
+    def failed_batches(self) -> int:
+        """Batches of which at least one item could not be written (since start)."""
+        return self._failed_batches
+
+    @property
+    def failed_rows(self) -> int:
+        """Items that reached the writer and could not be written (since start)."""
+        return self.failures
+
+    @property
+    def failing(self) -> bool:
+        """The last batch lost items (full or read-only disk...): the record is not keeping up."""
+        return self._last_batch_failed
+
+    @property
+    def writer_alive(self) -> bool:
+        return self._writer_task is not None and not self._writer_task.done()
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -167,7 +276,7 @@ class Recorder:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recorder")
         self._wake = asyncio.Event()  # bound to this loop
         try:
-            self._conn = await loop.run_in_executor(self._executor, schema.connect, self.db_path)
+            self._conn = await loop.run_in_executor(self._executor, schema.connect_or_replace, self.db_path)
             interrupted = await self.call_in_writer(schema.mark_interrupted)
             if interrupted:
                 log.warning("recorder: %d session(s) of a previous run marked interrupted", interrupted)
@@ -199,23 +308,38 @@ class Recorder:
                 self._executor.shutdown(wait=True)
             self._executor = None
 
-    async def flush(self) -> None:
-        """Wait until everything enqueued before this call is committed (or failed and counted)."""
+    async def flush(self) -> bool:
+        """Wait until everything enqueued before this call and not yet handled is handled.
+
+        True when all of it was committed. False when any of it failed or was dropped (it is
+        counted and logged already), or when the writer is not running (returns at once then).
+        Never raises: a caller that answers a client after it should log and answer anyway.
+        """
         target = self._enqueued
-        if self._done >= target or self._writer_task is None or self._writer_task.done():
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((target, fut))
-        await fut
+        if self._done >= target:
+            return True
+        if self._writer_task is None or self._writer_task.done():
+            return False
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiters.append(_Waiter(self._done, target, fut))
+        return await fut
+
+    def _settle(self, lost: Sequence[int]) -> None:
+        """After a batch: mark the waiters whose range holds a lost item, resolve the finished."""
+        if lost:
+            for waiter in self._waiters:
+                if not waiter.lost:
+                    waiter.lost = any(waiter.start < seq <= waiter.target for seq in lost)
+        self._notify()
 
     def _notify(self, everyone: bool = False) -> None:
         keep = []
-        for target, fut in self._waiters:
-            if everyone or self._done >= target:
-                if not fut.done():
-                    fut.set_result(None)
+        for waiter in self._waiters:
+            if everyone or self._done >= waiter.target:
+                if not waiter.future.done():
+                    waiter.future.set_result(not waiter.lost and self._done >= waiter.target)
             else:
-                keep.append((target, fut))
+                keep.append(waiter)
         self._waiters = keep
 
     async def call_in_writer(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -234,12 +358,29 @@ class Recorder:
                     await self._wake.wait()
                     continue
                 batch = [self._queue.popleft() for _ in range(min(len(self._queue), BATCH_MAX))]
+                for item in batch:
+                    if item.kind != "dropped":
+                        self._queued_items -= 1
+                        self._queued_bytes -= item.size
+                lost: Sequence[int] = [item.seq for item in batch]  # unless the thread says otherwise
                 try:
-                    await loop.run_in_executor(self._executor, self._write_batch, batch)
+                    lost = await loop.run_in_executor(self._executor, self._write_batch, batch)
                 finally:
                     # Even when cancelled here the thread finishes the batch; count it handled.
-                    self._done += len(batch)
-                    self._notify()
+                    self._done = batch[-1].seq
+                    self._settle(lost)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # _write_batch handles every database error itself: this is a bug or a broken
+            # executor. Nothing will be recorded any more; say so rather than limp on.
+            self.writer_failure = f"recorder writer died: {exc!r}"
+            log.critical("recorder: writer died, nothing is recorded any more", exc_info=exc)
+            if self.on_writer_failure is not None:
+                try:
+                    self.on_writer_failure(self.writer_failure)
+                except Exception:
+                    log.exception("recorder: on_writer_failure callback failed")
         finally:
             self._notify(everyone=True)  # nobody may wait forever on a stopped writer
 
@@ -269,37 +410,41 @@ class Recorder:
             files.remove(self.layout.files_dir(ref) for ref in refs)
         return schema.prune(conn, cutoff)
 
-    def _write_batch(self, batch: list[_Item]) -> None:
-        """One transaction for the batch. Never raises: a failure is counted, logged and kept for
-        the recorder_failures table (written by a later batch once the disk accepts writes)."""
+    def _write_batch(self, batch: list[_Item]) -> list[int]:
+        """One transaction for the batch; returns the seqs of the items lost (drop markers
+        included). Never raises: a failure is counted, logged and kept for the recorder_failures
+        table (written by a later batch once the disk accepts writes)."""
         conn = self._conn
         assert conn is not None
-        if self.dropped > self._dropped_reported:
-            n = self.dropped - self._dropped_reported
-            self._dropped_reported = self.dropped
-            self._note_failure("queue full", f"{n} item(s) dropped (total {self.dropped})")
+        lost = [item.seq for item in batch if item.kind == "dropped"]
+        for item in batch:
+            if item.kind == "dropped":
+                self._note_failure("queue full", f"{item.data[0]} item(s) dropped (total {self.dropped})")
+        items = [item for item in batch if item.kind != "dropped"]
         try:
             conn.execute("BEGIN")
-            for item in batch:
+            for item in items:
                 self._apply(conn, item)
             self._flush_failures(conn)
             conn.execute("COMMIT")
-            self.written += len(batch)
+            self.written += len(items)
             self.batches += 1
             self._pending_failures.clear()
-            return
+            self._batch_done(failed=False)
+            return lost
         except sqlite3.OperationalError as exc:
             # Disk full, read-only, locked past busy_timeout: retrying row by row would fail the
             # same way, so the whole batch is counted once.
             _rollback(conn)
-            self.failures += len(batch)
-            self._note_failure(f"batch of {len(batch)}", repr(exc))
-            log.warning("recorder: batch of %d not written: %s", len(batch), exc)
-            return
+            self.failures += len(items)
+            self._note_failure(f"batch of {len(items)}", repr(exc))
+            log.error("recorder: batch of %d not written: %s", len(items), exc)
+            self._batch_done(failed=True)
+            return [item.seq for item in batch]
         except Exception:
             _rollback(conn)
         # Some row is bad (duplicate ref_id, bad status...): isolate it, keep the others.
-        for item in batch:
+        for item in items:
             try:
                 conn.execute("BEGIN")
                 self._apply(conn, item)
@@ -308,8 +453,9 @@ class Recorder:
             except Exception as exc:
                 _rollback(conn)
                 self.failures += 1
+                lost.append(item.seq)
                 self._note_failure(f"{item.kind} {item.key}", repr(exc))
-                log.warning("recorder: %s %s not written: %s", item.kind, item.key, exc)
+                log.error("recorder: %s %s not written: %s", item.kind, item.key, exc)
         try:
             conn.execute("BEGIN")
             self._flush_failures(conn)
@@ -317,6 +463,14 @@ class Recorder:
             self._pending_failures.clear()
         except Exception:
             _rollback(conn)
+        self._batch_done(failed=bool(lost))
+        return lost
+
+    def _batch_done(self, *, failed: bool) -> None:
+        # Written on the writer thread, read by the loop: plain int/bool stores, no torn values.
+        if failed:
+            self._failed_batches += 1
+        self._last_batch_failed = failed
 
     def _note_failure(self, what: str, error: str) -> None:
         self._pending_failures.append((time.time(), what, error))

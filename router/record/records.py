@@ -80,7 +80,7 @@ def client_name(client_info: Any) -> str | None:
 
 class Records:
     def __init__(
-        self, conn: aiosqlite.Connection, *, before_read: Callable[[], Awaitable[None]] | None = None
+        self, conn: aiosqlite.Connection, *, before_read: Callable[[], Awaitable[object]] | None = None
     ) -> None:
         self._conn = conn
         # The router passes Recorder.flush so a tool reading a ref right after its call sees it.
@@ -90,7 +90,7 @@ class Records:
     @asynccontextmanager
     async def open(
         cls, db_path: Path, *, readonly: bool = False,
-        before_read: Callable[[], Awaitable[None]] | None = None,
+        before_read: Callable[[], Awaitable[object]] | None = None,
     ) -> AsyncIterator[Records]:
         """A read connection. ``readonly`` (CLI) opens with mode=ro: it never creates or migrates
         the file; diff cursors cannot be written then."""

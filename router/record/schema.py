@@ -16,9 +16,14 @@ ordering; formatting is the reader's job.
 
 from __future__ import annotations
 
+import logging
+import os
 import sqlite3
+import time
 from pathlib import Path
 from typing import Final
+
+log = logging.getLogger(__name__)
 
 # Session states. Not enforced by a CHECK constraint on purpose: other issues (resume, health) add
 # states, and widening a CHECK in SQLite means rebuilding the table.
@@ -42,6 +47,11 @@ LIVE_STATES: Final = ("active", "degraded")
 RESUME_REASONS: Final = ("idle", "crash", "hibernation", "router-restart", "new-browser")
 
 BUSY_TIMEOUT_MS: Final = 5000
+# What a damaged file answers; anything else (locked, unreadable, disk I/O) is not the file's fault
+# and must not get it moved aside.
+CORRUPT_CODES: Final = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+CORRUPT_SUFFIX: Final = ".corrupt-"
+SIDE_FILES: Final = ("-wal", "-shm")
 
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # 0 -> 1: initial schema.
@@ -157,8 +167,7 @@ def connect(db_path: Path) -> sqlite3.Connection:
     ``check_same_thread=False`` because the recorder creates it on its writer thread through an
     executor; it is still only ever used by that one thread.
     """
-    db_path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+    conn = _open(db_path)
     try:
         configure(conn)
         migrate(conn)
@@ -166,6 +175,61 @@ def connect(db_path: Path) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _open(db_path: Path) -> sqlite3.Connection:
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    return sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+
+
+def is_corrupt(exc: sqlite3.Error) -> bool:
+    """The error says the file itself is damaged (not a database, malformed)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return type(exc) is sqlite3.DatabaseError
+    return (int(code) & 0xFF) in CORRUPT_CODES
+
+
+def set_aside(db_path: Path) -> Path:
+    """Rename a damaged file (and its -wal/-shm, so it can still be opened for forensics) to
+    ``<name>.corrupt-<UTC time>``. Returns the new path of the main file."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = db_path.with_name(f"{db_path.name}{CORRUPT_SUFFIX}{stamp}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = db_path.with_name(f"{db_path.name}{CORRUPT_SUFFIX}{stamp}.{n}")
+    for suffix in ("", *SIDE_FILES):
+        source = db_path.with_name(db_path.name + suffix)
+        if source.exists():
+            os.replace(source, target.with_name(target.name + suffix))
+    return target
+
+
+def connect_or_replace(db_path: Path) -> sqlite3.Connection:
+    """``connect``, but a damaged file is moved aside (logged at ERROR) and a fresh one started,
+    so that a corrupt record never keeps the router from starting. A newer schema
+    (SchemaTooNew) and errors that are not the file's own (locked, unreadable) still raise."""
+    conn = _open(db_path)
+    try:
+        configure(conn)
+        migrate(conn)
+        return conn
+    except sqlite3.DatabaseError as exc:
+        if not is_corrupt(exc):
+            conn.close()
+            raise
+        # Renamed while still open: closing the last connection deletes the -wal it knows by name.
+        moved = set_aside(db_path)
+        conn.close()
+        log.error(
+            "record database %s is damaged (%s): moved aside to %s; starting a fresh one "
+            "(the old record stays there for inspection)", db_path, exc, moved,
+        )
+    except BaseException:
+        conn.close()
+        raise
+    return connect(db_path)
 
 
 def user_version(conn: sqlite3.Connection) -> int:

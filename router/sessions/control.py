@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import httpx
 
-from router.http.sse import EventSplitter, event_json
+from router.http.sse import EventSplitter, EventTooLarge, event_json
 from router.types import H_SESSION_ID, JSON, SSE
 
 CONTROL_TIMEOUT: Final = 30.0  # a tool call that restores a page may load it; generous but bounded
@@ -32,8 +32,10 @@ def _answer(response: httpx.Response, request_id: int) -> dict[str, Any]:
     content_type = response.headers.get("content-type", "")
     messages: list[Any]
     if content_type.startswith(SSE):
-        splitter = EventSplitter()
-        messages = [event_json(e) for e in splitter.feed(response.content + b"\n\n")]
+        try:
+            messages = [event_json(e) for e in EventSplitter().feed(response.content + b"\n\n")]
+        except EventTooLarge as exc:
+            raise ControlError(f"answer too large: {exc}") from exc
     else:
         try:
             messages = [json.loads(response.content)]

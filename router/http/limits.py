@@ -1,0 +1,189 @@
+"""HTTP/1 limits uvicorn does not offer with its fast parser: the size and count of a request's
+header fields, and the time a client may take to send them.
+
+uvicorn with httptools accepts an 8 MB header and keeps a connection that trickles its header, or
+sends nothing at all, open for ever; h11 caps the header size (``h11_max_incomplete_event_size``)
+but parses several times slower. So the router keeps httptools and counts in the parser's own
+callbacks: the request line and header fields, never the body (the endpoint caps that). A request
+past a limit gets ``431`` and the connection is closed; a head not complete within the timeout
+gets ``408`` or, if nothing was sent at all, a plain close. The timeout counts from the
+connection's opening, and on a kept-alive connection from the first byte of each later request
+(uvicorn's keep-alive timeout bounds the idle time in between).
+
+The connection cap is uvicorn's ``limit_concurrency`` (``503`` past it), sized from the open-file
+limit: each request holds the client's socket and one to its worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http
+import resource
+from typing import Any, Final
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+__all__ = [
+    "HEADER_TIMEOUT_S", "MAX_HEADERS", "MAX_HEAD_BYTES", "concurrency_limit", "limited_protocol",
+    "raise_open_files_limit",
+]
+
+MAX_HEAD_BYTES: Final = 64 * 1024  # request line and header fields together
+MAX_HEADERS: Final = 100
+HEADER_TIMEOUT_S: Final = 10.0
+# Descriptors kept for the router itself (database, logs, worker pipes) before counting requests.
+RESERVED_FDS: Final = 256
+FDS_PER_REQUEST: Final = 2
+MIN_CONCURRENCY: Final = 64
+MAX_CONCURRENCY: Final = 4096
+WANTED_OPEN_FILES: Final = 65536
+_HEADER_OVERHEAD: Final = 4  # ": " and CRLF
+
+
+class _HeadTooLarge(Exception):
+    """Raised inside a parser callback: httptools stops parsing, uvicorn answers the client."""
+
+
+class LimitedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a bounded request head. Limits are class attributes, set
+    by ``limited_protocol`` (uvicorn builds the protocol from its class alone)."""
+
+    max_head_bytes: int = MAX_HEAD_BYTES
+    max_headers: int = MAX_HEADERS
+    header_timeout: float = HEADER_TIMEOUT_S
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head_bytes = 0
+        self._head_fields = 0
+        self._head_started = False
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._refusal: http.HTTPStatus | None = None
+
+    # -- connection --------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refusal is not None:
+            return  # answered and closing: the rest is not parsed
+        super().data_received(data)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._head_started = False
+
+    # -- parser callbacks ----------------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_bytes = 0
+        self._head_fields = 0
+        self._head_started = True
+        if self._head_timer is None:  # a keep-alive connection's next request
+            self._arm_head_timer()
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url), 0)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # httptools may deliver one field in pieces; each piece counts its bytes, fields are
+        # counted by name pieces (an over-count only when a name itself is split).
+        self._count(len(name) + len(value) + _HEADER_OVERHEAD, 1 if name else 0)
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._cancel_head_timer()
+        super().on_headers_complete()
+
+    # -- limits ------------------------------------------------------------------------------------
+
+    def _count(self, size: int, fields: int) -> None:
+        self._head_bytes += size
+        self._head_fields += fields
+        if self._head_bytes > self.max_head_bytes or self._head_fields > self.max_headers:
+            self._refusal = http.HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
+            raise _HeadTooLarge
+
+    def send_400_response(self, msg: str) -> None:
+        # uvicorn's answer to any parser error; a refused head gets its own status instead.
+        if self._refusal is None:
+            super().send_400_response(msg)
+            return
+        self._cancel_head_timer()
+        self._send_and_close(self._refusal)
+
+    def _send_and_close(self, status: http.HTTPStatus) -> None:
+        body = f"{status.phrase}\n".encode()
+        head = [f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode()]
+        head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
+        head += [
+            b"content-type: text/plain; charset=utf-8\r\n",
+            b"content-length: " + str(len(body)).encode() + b"\r\n",
+            b"connection: close\r\n\r\n",
+        ]
+        self.transport.write(b"".join(head) + body)
+        self.transport.close()
+
+    def _arm_head_timer(self) -> None:
+        self._cancel_head_timer()
+        self._head_timer = self.loop.call_later(self.header_timeout, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing():
+            return
+        if self._head_started:
+            self._refusal = http.HTTPStatus.REQUEST_TIMEOUT
+            self._send_and_close(self._refusal)
+        else:
+            self.transport.close()
+
+
+def limited_protocol(
+    *, max_head_bytes: int = MAX_HEAD_BYTES, max_headers: int = MAX_HEADERS,
+    header_timeout: float = HEADER_TIMEOUT_S,
+) -> type[LimitedHttpToolsProtocol]:
+    """The protocol class to pass as uvicorn's ``http``."""
+
+    class Limited(LimitedHttpToolsProtocol):
+        pass
+
+    Limited.max_head_bytes = max_head_bytes
+    Limited.max_headers = max_headers
+    Limited.header_timeout = header_timeout
+    return Limited
+
+
+def raise_open_files_limit(wanted: int = WANTED_OPEN_FILES) -> int:
+    """Lift the soft open-files limit towards ``wanted`` (never above the hard limit, never down);
+    returns the soft limit in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (OSError, ValueError):
+            pass
+    return soft
+
+
+def concurrency_limit(open_files: int) -> int:
+    """Connections and requests at once, past which uvicorn answers 503 rather than running out
+    of descriptors (EMFILE would fail every worker spawn and database write too)."""
+    if open_files == resource.RLIM_INFINITY:
+        return MAX_CONCURRENCY
+    return max(MIN_CONCURRENCY, min(MAX_CONCURRENCY, (open_files - RESERVED_FDS) // FDS_PER_REQUEST))

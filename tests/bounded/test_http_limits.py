@@ -1,0 +1,215 @@
+"""The request head is bounded: size, field count and the time to send it."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+from router.http.limits import (
+    HEADER_TIMEOUT_S,
+    MAX_CONCURRENCY,
+    MAX_HEADERS,
+    MIN_CONCURRENCY,
+    concurrency_limit,
+    limited_protocol,
+    raise_open_files_limit,
+)
+from tests.support import FAKE_WORKER, ROOT, free_port, wait_for
+
+HEAD_LIMIT = 16 * 1024
+FIELDS_LIMIT = 20
+TIMEOUT = 0.5
+# A closed connection is noticed well within this; an open one is held for ever.
+CLOSE_WAIT = 5.0
+TRICKLE_EVERY = 0.5
+
+
+async def _ok(scope: Any, receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+        return
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": f"ok {len(body)}".encode()})
+
+
+@pytest.fixture(scope="module")
+def port() -> Iterator[int]:
+    port = free_port()
+    protocol = limited_protocol(max_head_bytes=HEAD_LIMIT, max_headers=FIELDS_LIMIT, header_timeout=TIMEOUT)
+    config = uvicorn.Config(_ok, host="127.0.0.1", port=port, log_config=None, lifespan="off", http=protocol)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_for(lambda: server.started)
+    yield port
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def _connect(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port))
+    s.settimeout(CLOSE_WAIT)
+    return s
+
+
+def _read_all(s: socket.socket) -> bytes:
+    """Everything until the server closes (a TimeoutError if it never does)."""
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    return data
+
+
+def _send_quietly(s: socket.socket, data: bytes) -> None:
+    # The server may refuse and close mid-send: what is checked is its answer.
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        s.sendall(data)
+
+
+def test_a_normal_request_and_a_big_body_pass(port: int) -> None:
+    with _connect(port) as s:
+        body = b"x" * (4 * 1024 * 1024)  # the body is not the head: never counted here
+        s.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+        answer = _read_all(s)
+    assert answer.startswith(b"HTTP/1.1 200") and b"ok %d" % len(body) in answer
+
+
+def test_an_8_mb_header_gets_431_and_a_closed_connection(port: int) -> None:
+    with _connect(port) as s:
+        _send_quietly(s, b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (8 * 1024 * 1024) + b"\r\n\r\n")
+        try:
+            answer = _read_all(s)
+        except ConnectionResetError:
+            answer = b""  # closed with unread data: a reset is a refusal too
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 431")
+
+
+def test_a_long_url_counts_towards_the_head(port: int) -> None:
+    with _connect(port) as s:
+        _send_quietly(s, b"GET /" + b"u" * (2 * HEAD_LIMIT) + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert _read_all(s).startswith(b"HTTP/1.1 431")
+
+
+def test_too_many_header_fields_get_431(port: int) -> None:
+    fields = b"".join(b"X-F%d: v\r\n" % i for i in range(FIELDS_LIMIT + 5))
+    with _connect(port) as s:
+        _send_quietly(s, b"GET / HTTP/1.1\r\nHost: x\r\n" + fields + b"\r\n")
+        assert _read_all(s).startswith(b"HTTP/1.1 431")
+
+
+def test_a_trickled_header_is_cut_off(port: int) -> None:
+    with _connect(port) as s:
+        started = time.monotonic()
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
+        closed = False
+        answer = b""
+        for _ in range(int(CLOSE_WAIT / 0.05)):
+            try:
+                s.sendall(b"X")
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+                break
+            s.settimeout(0.05)
+            try:
+                chunk = s.recv(1024)
+            except TimeoutError:
+                continue
+            answer += chunk
+            if not chunk:
+                closed = True
+                break
+        assert closed or answer, "a trickled header held the connection"
+        assert time.monotonic() - started < TIMEOUT + 3
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 408")
+
+
+def test_a_silent_connection_is_closed(port: int) -> None:
+    with _connect(port) as s:
+        assert _read_all(s) == b""
+
+
+def test_keep_alive_requests_each_get_their_own_deadline(port: int) -> None:
+    with _connect(port) as s:
+        for _ in range(3):
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = s.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 200"), answer
+            time.sleep(TIMEOUT * 0.6)  # idles between requests, each within the deadline
+
+
+def test_concurrency_follows_the_open_files_limit() -> None:
+    assert concurrency_limit(1024) == (1024 - 256) // 2
+    assert concurrency_limit(100) == MIN_CONCURRENCY
+    assert concurrency_limit(10**7) == MAX_CONCURRENCY
+    assert raise_open_files_limit(1) >= 1  # never lowers it
+
+
+def test_serve_bounds_the_request_head(state_dir: Path) -> None:
+    port = free_port()
+    argv = [
+        sys.executable, "-m", "router.cli", "serve", "--port", str(port), "--state-dir", str(state_dir),
+        "--worker-command", f"{sys.executable} {FAKE_WORKER} {{port}}",
+    ]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: proc.poll() is not None or _answers(port))
+        assert proc.poll() is None
+        with _connect(port) as s:
+            _send_quietly(s, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * (8 * 1024 * 1024)
+                          + b"\r\n\r\n")
+            try:
+                answer = _read_all(s)
+            except ConnectionResetError:
+                answer = b""
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 431")
+        fields = b"".join(b"X-F%d: v\r\n" % i for i in range(MAX_HEADERS + 1))
+        with _connect(port) as s:
+            _send_quietly(s, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" + fields + b"\r\n")
+            assert _read_all(s).startswith(b"HTTP/1.1 431")
+        assert _answers(port)  # and it still serves
+        assert _trickle_cut_off_after(port) < HEADER_TIMEOUT_S + CLOSE_WAIT
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _answers(port: int) -> bool:
+    try:
+        with _connect(port) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            return _read_all(s).startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+
+
+def _trickle_cut_off_after(port: int) -> float:
+    """Seconds until the router cuts a connection that sends its head one byte at a time."""
+    with _connect(port) as s:
+        started = time.monotonic()
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        s.settimeout(TRICKLE_EVERY)
+        while time.monotonic() - started < HEADER_TIMEOUT_S + CLOSE_WAIT:
+            try:
+                s.sendall(b"X")
+                if not s.recv(1024):
+                    break
+            except TimeoutError:
+                continue  # still open: the next byte
+            except OSError:
+                break
+        return time.monotonic() - started
