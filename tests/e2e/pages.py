@@ -30,6 +30,18 @@ const l = localStorage.getItem('k');
 document.getElementById('out').textContent = 'cookie=' + (c ? c[1] : 'none') + ' storage=' + (l || 'none');
 document.title = 'cookie=' + (c ? c[1] : 'none') + ' storage=' + (l || 'none');
 </script></body></html>""",
+    # A signed-in app, in one navigation (refs from a later navigation of the same tab carry a
+    # frame prefix, f1e3): ?login=V sets the session cookie (no expiry) and leaves the URL as
+    # /app, so reloading the page never sets the cookie again. The button shows the cookies.
+    "/app": """<!doctype html><html><head><title>App</title></head><body>
+<h1>Signed-in app</h1>
+<button id="go" onclick="go()">Continue</button>
+<p id="out">not yet</p>
+<script>
+const v = new URLSearchParams(location.search).get('login');
+if (v) { document.cookie = 'session=' + v + '; path=/'; history.replaceState(null, '', '/app'); }
+function go() { document.getElementById('out').textContent = 'continued with ' + document.cookie; }
+</script></body></html>""",
     "/favicon.ico": "",
 }
 

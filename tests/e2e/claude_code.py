@@ -1,0 +1,370 @@
+"""A Claude-Code-shaped MCP client for the tests: claude_code_client.mjs (the TypeScript SDK, with
+the capabilities, GET stream and habits of Claude Code 2.1.328) as a long-running node process,
+driven over stdin/stdout JSON lines. Also a direct @playwright/mcp worker to compare against.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any, Final
+
+import httpx
+
+from tests.support import ROOT, free_port, wait_for
+from workers.orphans import end_processes, marker_env, processes_for
+from workers.spec import WorkerSpec, default_cli_path, playwright_argv
+
+SCRIPT: Final = Path(__file__).with_name("claude_code_client.mjs")
+SDK_DIST: Final = ROOT / "workers" / "node_modules" / "@modelcontextprotocol" / "sdk" / "dist"
+READY_TIMEOUT: Final = 30.0  # discover + initialize through a router that may spawn a worker
+CALL_TIMEOUT: Final = 120.0  # Claude Code has none of its own; a test that cares asks for less
+COMMAND_TIMEOUT: Final = 10.0  # status, quit: answered locally by the node process
+REPLY_MARGIN: Final = 5.0  # the node side times a call out first; we wait a little longer
+EXIT_TIMEOUT: Final = 5.0
+DIRECT_WORKER_SESSION: Final = "direct-worker"
+# Tools the router answers itself, and the flags of the capability it adds for its own use.
+ROUTER_TOOLS: Final = frozenset({"get_content", "get_console_content", "create_new_session"})
+STORAGE_CAPS: Final = ("--caps", "storage")
+
+
+class ClientError(AssertionError):
+    """The client process failed a command, died, or did not answer in time."""
+
+
+class ClaudeCodeClient:
+    """``with ClaudeCodeClient(url) as cc: text, seconds = cc.call("browser_navigate", url=...)``.
+
+    Exiting (or ``quit()``) ends the client the way Claude Code does: no DELETE. The node process
+    runs in its own process group, which is killed on the way out whatever happened.
+    """
+
+    def __init__(self, url: str, *, token: str | None = None, ready_timeout: float = READY_TIMEOUT) -> None:
+        self.url = url
+        self.token = token
+        self.ready_timeout = ready_timeout
+        self.ready: dict[str, Any] = {}
+        self._proc: subprocess.Popen[str] | None = None
+        self._stderr: IO[str] | None = None
+        self._replies: dict[int, dict[str, Any]] = {}
+        self._cond = threading.Condition()
+        self._next_id = 0
+        self._reader: threading.Thread | None = None
+        self._eof = False
+
+    # -- life cycle ------------------------------------------------------------------------------
+
+    def __enter__(self) -> ClaudeCodeClient:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        assert SDK_DIST.exists(), "the TypeScript SDK is missing: scripts/setup runs npm ci in workers/"
+        env = {k: v for k, v in os.environ.items() if k != "CC_TOKEN"}
+        if self.token is not None:
+            env["CC_TOKEN"] = self.token  # not argv: that is readable by every local user
+        self._stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 -- outlives this method; close() closes it
+        self._proc = subprocess.Popen(
+            ["node", str(SCRIPT), str(SDK_DIST), self.url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        try:
+            self.ready = self._wait_reply(-1, self.ready_timeout, "ready")
+        except BaseException:
+            self.close()
+            raise
+
+    def quit(self) -> dict[str, Any]:
+        """Ends the client without DELETE; returns its last status."""
+        reply = self._command("quit", COMMAND_TIMEOUT)
+        if self._proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=EXIT_TIMEOUT)
+        self.close()
+        status: dict[str, Any] = reply["status"]
+        return status
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=EXIT_TIMEOUT)
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    with contextlib.suppress(OSError):
+                        stream.close()
+        if self._reader is not None:
+            self._reader.join(timeout=EXIT_TIMEOUT)
+            self._reader = None
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    # -- commands --------------------------------------------------------------------------------
+
+    @property
+    def session_id(self) -> str:
+        value = self.ready.get("session_id")
+        assert isinstance(value, str), self.ready
+        return value
+
+    def call(self, name: str, /, timeout: float = CALL_TIMEOUT, **arguments: Any) -> tuple[str, float]:
+        """Calls a tool; returns its text and how long it took (seconds, as the client saw it).
+        A tool answer with isError is returned too (its text says why); a JSON-RPC error or no
+        answer within ``timeout`` raises ClientError."""
+        reply = self.call_raw(name, arguments, timeout=timeout)
+        return str(reply["text"]), float(reply["seconds"])
+
+    def call_raw(self, name: str, arguments: dict[str, Any], *, timeout: float = CALL_TIMEOUT) -> dict[str, Any]:
+        """The whole answer: text, is_error, seconds and the SDK's result object."""
+        return self._command(
+            "call", timeout + REPLY_MARGIN, name=name, arguments=arguments, timeout_ms=int(timeout * 1000)
+        )
+
+    def list_tools(self, timeout: float = CALL_TIMEOUT) -> list[dict[str, Any]]:
+        tools: list[dict[str, Any]] = self._command("list_tools", timeout + REPLY_MARGIN,
+                                                    timeout_ms=int(timeout * 1000))["tools"]  # fmt: skip
+        return tools
+
+    def status(self) -> dict[str, Any]:
+        """Counters of the client: pings_answered, roots_list_answered, get_stream_open, get_opens,
+        requests_seen ({"ping@get": n, "roots/list@post": n, …}), deletes, session_id, events, …"""
+        status: dict[str, Any] = self._command("status", COMMAND_TIMEOUT)["status"]
+        return status
+
+    def wait_status(
+        self, condition: Callable[[dict[str, Any]], Any], timeout: float, what: str = "condition"
+    ) -> dict[str, Any]:
+        """Polls status() until ``condition(status)`` holds; the last status goes in the failure."""
+        last: dict[str, Any] = {}
+
+        def check() -> bool:
+            nonlocal last
+            last = self.status()
+            return bool(condition(last))
+
+        try:
+            wait_for(check, timeout=timeout, interval=0.1)
+        except AssertionError:
+            raise ClientError(f"{what}: not within {timeout}s; client status: {_brief(last)}") from None
+        return last
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    def _command(self, cmd: str, timeout: float, **fields: Any) -> dict[str, Any]:
+        proc = self._proc
+        if proc is None or proc.stdin is None:
+            raise ClientError("the client is not running")
+        with self._cond:
+            self._next_id += 1
+            request_id = self._next_id
+        try:
+            proc.stdin.write(json.dumps({"id": request_id, "cmd": cmd, **fields}) + "\n")
+            proc.stdin.flush()
+        except OSError as exc:
+            raise ClientError(f"the client is gone ({exc}); stderr: {self.stderr_tail()}") from None
+        reply = self._wait_reply(request_id, timeout, cmd)
+        if not reply.get("ok"):
+            context = f"; client status: {_brief(self.status())}" if cmd == "call" else ""
+            raise ClientError(f"{cmd} {fields.get('name', '')} failed: {reply.get('error')}{context}")
+        return reply
+
+    def _wait_reply(self, request_id: int, timeout: float, what: str) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while request_id not in self._replies:
+                left = deadline - time.monotonic()
+                if self._eof or left <= 0:
+                    state = "exited" if self._eof else f"no answer within {timeout:.0f}s"
+                    raise ClientError(f"{what}: the client {state}; stderr: {self.stderr_tail()}")
+                self._cond.wait(left)
+            reply = self._replies.pop(request_id)
+        if "fatal" in reply:
+            raise ClientError(f"the client could not connect: {reply['fatal']}")
+        return reply
+
+    def _read(self) -> None:
+        proc = self._proc
+        assert proc is not None and proc.stdout is not None
+        for line in proc.stdout:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue  # a stray print from a library: not ours
+            key = -1 if ("ready" in message or "fatal" in message) else message.get("id")
+            if isinstance(key, int):
+                with self._cond:
+                    self._replies[key] = message
+                    self._cond.notify_all()
+        with self._cond:
+            self._eof = True
+            self._cond.notify_all()
+
+    def stderr_tail(self, limit: int = 2000) -> str:
+        if self._stderr is None:
+            return ""
+        self._stderr.flush()
+        self._stderr.seek(0)
+        return self._stderr.read()[-limit:]
+
+
+def _brief(status: dict[str, Any]) -> str:
+    keep = {k: v for k, v in status.items() if k != "events"}
+    keep["last_events"] = status.get("events", [])[-12:]
+    return json.dumps(keep)
+
+
+# -- a direct worker, for parity -----------------------------------------------------------------
+
+
+class DirectWorker:
+    """@playwright/mcp run as the router would run it, minus the capability the router adds for
+    itself (storage): what a user running Playwright MCP alone gets. ``url`` uses the host name
+    the worker accepts (``localhost:<port>``)."""
+
+    def __init__(self, state_dir: Path, browser: str) -> None:
+        self.state_dir = state_dir
+        self.port = free_port()
+        self.url = f"http://localhost:{self.port}/mcp"
+        spec = WorkerSpec(argv_template=_without(playwright_argv(), STORAGE_CAPS))
+        self.argv = spec.render(
+            port=self.port,
+            output_dir=state_dir / "direct" / "out",
+            profile_dir=state_dir / "direct" / "profile",
+            browser=browser,
+            cli=str(default_cli_path()),
+        )
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> DirectWorker:
+        env = {**os.environ, **marker_env(self.state_dir, DIRECT_WORKER_SESSION)}
+        self._proc = subprocess.Popen(
+            self.argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        try:
+            wait_for(lambda: self._answers() or self._proc is None or self._proc.poll() is not None, timeout=20)
+            assert self._proc.poll() is None, f"direct worker exited: {self.argv}"
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # node closes its browser on SIGTERM
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=EXIT_TIMEOUT)
+        # Chromium runs in a session of its own; the marker finds whatever is left.
+        end_processes(processes_for(self.state_dir, DIRECT_WORKER_SESSION))
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=EXIT_TIMEOUT)
+
+    def _answers(self) -> bool:
+        try:
+            httpx.get(self.url, headers={"accept": "text/event-stream"}, timeout=1, trust_env=False)
+        except httpx.HTTPError:
+            return False
+        return True
+
+
+def _without(argv: tuple[str, ...], pair: tuple[str, str]) -> tuple[str, ...]:
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if tuple(argv[i : i + 2]) == pair:
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return tuple(out)
+
+
+# -- a router in a process of its own, to SIGKILL -------------------------------------------------
+
+ROUTER_START_TIMEOUT: Final = 20.0
+
+
+def router_healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1, trust_env=False).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+class RouterProcess:
+    """``mcp-router serve`` as a child process on a fixed port and state dir, so a test can
+    SIGKILL it and start another on the same port; ``stop()`` ends it with SIGTERM (it then ends
+    its workers)."""
+
+    def __init__(self, state_dir: Path, port: int, browser: str, *extra: str) -> None:
+        self.argv = [sys.executable, "-m", "router.cli", "serve", "--state-dir", str(state_dir),
+                     "--port", str(port), "--browser", browser, "--log-level", "warning", *extra]  # fmt: skip
+        self.port = port
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._stderr: IO[bytes] | None = None
+
+    def __enter__(self) -> RouterProcess:
+        self._stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(self.argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=self._stderr)
+        proc = self.proc
+        try:
+            wait_for(lambda: router_healthy(self.port) or proc.poll() is not None, timeout=ROUTER_START_TIMEOUT)
+            assert proc.poll() is None, f"router exited: {self.stderr_tail()}"
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def kill(self) -> None:
+        """SIGKILL: no saving, no ending of workers, no goodbye to held streams."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=EXIT_TIMEOUT)
+
+    def stop(self) -> None:
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=EXIT_TIMEOUT)
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    def stderr_tail(self, limit: int = 3000) -> str:
+        if self._stderr is None:
+            return ""
+        self._stderr.seek(0)
+        return self._stderr.read().decode("utf-8", "replace")[-limit:]
