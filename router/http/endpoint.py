@@ -45,6 +45,7 @@ from router.types import (
     SSE,
     SSE_HEADERS,
 )
+from workers.ports import accepts
 
 log = logging.getLogger("mcp_router.endpoint")
 
@@ -244,6 +245,13 @@ class McpEndpoint:
         except httpx.ConnectError:
             # Refused: the worker died a moment ago and nothing was delivered, so the request can
             # go to a resumed worker instead (the exit may not have been noticed yet).
+            connection = await self.manager.replace_dead_worker(session, connection)
+            return await connection.send("POST", headers(), message.raw)
+        except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
+            # A kept-alive socket of a worker killed a moment ago: nobody listens any more, so
+            # nothing answered it either. A worker that still listens broke mid-request: 502.
+            if await accepts(connection.worker.port):
+                raise
             connection = await self.manager.replace_dead_worker(session, connection)
             return await connection.send("POST", headers(), message.raw)
         if upstream.status_code != 404:

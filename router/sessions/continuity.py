@@ -44,6 +44,7 @@ SAVE_NAME: Final = ".router-storage-save.json"
 RESTORE_NAME: Final = ".router-storage-restore.json"
 STORAGE_TOOLS: Final = frozenset({"browser_storage_state", "browser_set_storage_state"})
 MAX_RESTORED_TABS: Final = 10  # a runaway page opening tabs must not make every resume slow
+MAX_REF_FRAME: Final = 8  # past this many documents in a tab, refs are re-taken, not reproduced
 # Why a session took a new worker up, as the notice, the record and the dashboard name it.
 RESUME_REASONS: Final = {
     State.REAPED: "idle",
@@ -60,6 +61,7 @@ REASON_TEXT: Final = {
     "new-browser": "create_new_session",
 }
 # "- 1: (current) [Title](url)"; the title may hold brackets, so the URL is the last (...) group.
+_REF_RE: Final = re.compile(r"\[ref=(?:f(\d+))?e\d+\]")
 _TAB_RE: Final = re.compile(r"^- (\d+): (?:\(current\) )?\[.*\]\(([^()\s]*)\)\s*$", re.MULTILINE)
 
 
@@ -218,7 +220,18 @@ class Continuity:
         current = state.get("current")
         if not tabs and isinstance(current, str):
             tabs = [current]
-        await _open_tabs(control, tabs, current if isinstance(current, str) else None)
+        current = current if isinstance(current, str) else None
+        await _open_tabs(control, tabs, current)
+        frame = state.get("ref_frame")
+        if isinstance(frame, int) and 0 < frame <= MAX_REF_FRAME and current is not None:
+            # Each document a tab loads numbers its refs with the next frame prefix: load the page
+            # as often as before, so "f2e3" is the same button again.
+            for _ in range(frame):
+                try:
+                    await control.call("browser_navigate", {"url": current})
+                except ControlError as exc:
+                    log.info("re-loading for refs failed session=%s: %s", session.id, exc)
+                    break
         with contextlib.suppress(ControlError):
             await control.call("browser_snapshot")
         return True
@@ -291,7 +304,13 @@ class Continuity:
                     raise ControlError("storage state file missing or unreadable")
                 statefiles.write_state(
                     self.layout.session_dir(session.id),
-                    {"storage": storage, "tabs": tabs, "current": session.current_url, "saved": time.time()},
+                    {
+                        "storage": storage,
+                        "tabs": tabs,
+                        "current": session.current_url,
+                        "ref_frame": session.ref_frame,
+                        "saved": time.time(),
+                    },
                 )
             except (ControlError, OSError) as exc:
                 log.info("state save failed session=%s: %s", session.id, exc)
@@ -299,6 +318,15 @@ class Continuity:
             finally:
                 target.unlink(missing_ok=True)
             log.debug("state saved session=%s ms=%.0f", session.id, (time.monotonic() - started) * 1000)
+
+
+def ref_frame(text: str) -> int | None:
+    """The main frame's ref prefix in a snapshot text ("[ref=f2e3]" -> 2, "[ref=e3]" -> 0);
+    None when the text holds no refs."""
+    found = _REF_RE.findall(text)
+    if not found:
+        return None
+    return min(int(frame) if frame else 0 for frame in found)  # iframes come after their page
 
 
 def parse_tabs(text: str) -> list[str]:

@@ -33,7 +33,7 @@ from router.layout import StateLayout
 from router.record.snapshots import page_url
 from router.sessions import statefiles
 from router.sessions.admission import Admission
-from router.sessions.continuity import RESUME_REASONS, Continuity
+from router.sessions.continuity import RESUME_REASONS, Continuity, ref_frame
 from router.sessions.control import ControlError, ControlSession
 from router.sessions.handshake import HandshakeCache
 from router.sessions.pool import WarmPool
@@ -334,6 +334,7 @@ class SessionManager:
             await self.supervisor.forget(session.id)  # profile and saved state: cookies, storage
             session.browser_used = False
             session.current_url = None
+            session.ref_frame = 0
             await self.continuity.attach(session, reason="new-browser")
         statefiles.write_session_file(self._dir(session), statefiles.session_record(session))
         if self.recorder is not None and session.connection is not None:
@@ -453,6 +454,9 @@ class SessionManager:
                 url = page_url(part["text"])
                 if url is not None:
                     session.current_url = url
+                frame = ref_frame(part["text"])
+                if frame is not None:
+                    session.ref_frame = frame
         notice, session.resumed_notice = session.resumed_notice, None
         if notice is None:
             return False

@@ -97,6 +97,9 @@ class Session:
     initialize_params: dict[str, Any] = field(default_factory=dict)
     browser_used: bool = False  # a tool was called: there may be browser state worth saving
     current_url: str | None = None  # last "- Page URL:" of the client's answers
+    # The frame prefix of the refs the model last saw ("f2e3" -> 2): the current tab's document
+    # count, which a restore reproduces so that those refs resolve again.
+    ref_frame: int = 0
     resumed_notice: str | None = None  # the next tool answer tells the client why the page reloaded
     crashed_at: float = 0.0  # monotonic; backoff before a restart counts from here
     health_failures: int = 0

@@ -23,6 +23,7 @@ from typing import Any, Final
 import httpx
 import pytest
 
+from router.http.tool_policy import DANGEROUS_TOOLS
 from router.operator.api import ACTION_HEADER
 from tests.e2e.claude_code import (
     ROUTER_TOOLS,
@@ -313,9 +314,10 @@ def test_handshake_only_leaves_no_worker_and_the_first_call_starts_one(steady: R
 
 def test_tools_list_is_the_workers_plus_the_routers_own(steady: RouterThread, direct: DirectWorker) -> None:
     """Byte for byte the user's Playwright MCP, apart from the router's own tools; the storage
-    capability the router adds for itself stays hidden."""
+    capability the router adds for itself stays hidden, and so do the tools that run arbitrary
+    code unless the user allows them (router/http/tool_policy.py)."""
     with ClaudeCodeClient(direct.url) as cc:
-        expected = cc.list_tools()
+        expected = [t for t in cc.list_tools() if t["name"] not in DANGEROUS_TOOLS]
     with ClaudeCodeClient(steady.url) as cc:
         listed = cc.list_tools()
     names = [t["name"] for t in listed]
