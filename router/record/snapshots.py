@@ -373,3 +373,22 @@ def console_levels(lines: Sequence[str]) -> dict[str, int]:
     for e in normalize_console(lines):
         counts[e["level"]] += 1
     return counts
+
+
+# "- 1: (current) [Title](url)"; the title may hold brackets, so the URL is the last (...) group.
+_REF_RE = re.compile(r"\[ref=(?:f(\d+))?e\d+\]")
+_TAB_RE = re.compile(r"^- (\d+): (?:\(current\) )?\[.*\]\(([^()\s]*)\)\s*$", re.MULTILINE)
+
+
+def ref_frame(text: str) -> int | None:
+    """The main frame's ref prefix in a snapshot text ("[ref=f2e3]" -> 2, "[ref=e3]" -> 0);
+    None when the text holds no refs."""
+    found = _REF_RE.findall(text)
+    if not found:
+        return None
+    return min(int(frame) if frame else 0 for frame in found)  # iframes come after their page
+
+
+def parse_tabs(text: str) -> list[str]:
+    tabs = sorted((int(i), url) for i, url in _TAB_RE.findall(text))
+    return [url for _, url in tabs]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -25,6 +25,7 @@ import anyio
 from router.http.errors import WorkerUnreachable
 from router.http.proxy import WorkerConnection
 from router.layout import StateLayout
+from router.record.snapshots import page_url, parse_tabs, ref_frame
 from router.sessions import statefiles
 from router.sessions.admission import Admission
 from router.sessions.control import ControlError, ControlSession
@@ -60,9 +61,6 @@ REASON_TEXT: Final = {
     "router-restart": "a restart of the router",
     "new-browser": "create_new_session",
 }
-# "- 1: (current) [Title](url)"; the title may hold brackets, so the URL is the last (...) group.
-_REF_RE: Final = re.compile(r"\[ref=(?:f(\d+))?e\d+\]")
-_TAB_RE: Final = re.compile(r"^- (\d+): (?:\(current\) )?\[.*\]\(([^()\s]*)\)\s*$", re.MULTILINE)
 
 
 NOTICE_PREFIX: Final = "[mcp-router] This conversation's browser was restored"
@@ -236,6 +234,58 @@ class Continuity:
             await control.call("browser_snapshot")
         return True
 
+    async def renew(self, session: Session) -> str:
+        """A fresh browser (new worker, empty profile) under the same session; returns the new
+        browser session's id, which the record links to this session."""
+        browser_session = "browser-" + secrets.token_urlsafe(12)
+        async with session.lock:
+            connection = self.detach(session, State.HIBERNATED)
+            if connection is not None:
+                await connection.aclose()
+                if self.recorder is not None:
+                    await self.recorder.flush()  # the recorder reads the output dir's files first
+            await self.supervisor.stop(session.id)
+            await self.supervisor.forget(session.id)  # profile and saved state: cookies, storage
+            session.browser_used = False
+            session.current_url = None
+            session.ref_frame = 0
+            await self.attach(session, reason="new-browser")
+        statefiles.write_session_file(self.layout.session_dir(session.id), statefiles.session_record(session))
+        if self.recorder is not None and session.connection is not None:
+            worker = session.connection.worker
+            self.recorder.session_opened(
+                browser_session,
+                client_info=session.client_info,
+                protocol_version=session.protocol_version,
+                port=worker.port,
+                pid=worker.pid,
+                metadata={"browser_session_of": session.id},
+                parent_id=session.id,
+            )
+        log.info("new browser session=%s browser_session=%s", session.id, browser_session)
+        return browser_session
+
+    def on_tool_answer(self, session: Session, response: dict[str, Any]) -> bool:
+        """Called with each tools/call answer: notes the page URL, and adds the resume notice to
+        the first answer after a resume. True when ``response`` was changed."""
+        result = response.get("result")
+        content = result.get("content") if isinstance(result, dict) else None
+        if not isinstance(content, list):
+            return False
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                url = page_url(part["text"])
+                if url is not None:
+                    session.current_url = url
+                frame = ref_frame(part["text"])
+                if frame is not None:
+                    session.ref_frame = frame
+        notice, session.resumed_notice = session.resumed_notice, None
+        if notice is None:
+            return False
+        content.append({"type": "text", "text": notice})
+        return True
+
     # -- letting a worker go ---------------------------------------------------------------------
 
     def detach(self, session: Session, state: State) -> WorkerConnection | None:
@@ -318,20 +368,6 @@ class Continuity:
             finally:
                 target.unlink(missing_ok=True)
             log.debug("state saved session=%s ms=%.0f", session.id, (time.monotonic() - started) * 1000)
-
-
-def ref_frame(text: str) -> int | None:
-    """The main frame's ref prefix in a snapshot text ("[ref=f2e3]" -> 2, "[ref=e3]" -> 0);
-    None when the text holds no refs."""
-    found = _REF_RE.findall(text)
-    if not found:
-        return None
-    return min(int(frame) if frame else 0 for frame in found)  # iframes come after their page
-
-
-def parse_tabs(text: str) -> list[str]:
-    tabs = sorted((int(i), url) for i, url in _TAB_RE.findall(text))
-    return [url for _, url in tabs]
 
 
 async def _open_tabs(control: ControlSession, tabs: list[str], current: str | None) -> None:

@@ -23,9 +23,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from router.http.proxy import WorkerConnection
+from router.sessions.control import ControlSession
+from workers.supervisor import Worker
+
 log = logging.getLogger("mcp_router.handshake")
 
 CACHE_DIR: Final = "cache"
+PROBE_CLIENT_INFO: Final = {"name": "mcp-router-probe", "version": "1"}
 MAX_HASHED_FILE: Final = 64 * 1024 * 1024
 
 
@@ -102,3 +107,17 @@ def _complete(entry: Any) -> bool:
         and isinstance(entry.get("tools"), dict)
         and isinstance(entry["tools"].get("tools"), list)
     )
+
+
+async def fill_cache(cache: HandshakeCache, worker: Worker, versions: Iterable[str]) -> None:
+    """The missing versions' answers, from a worker no client uses (it launches no browser: only
+    tool calls do). Raises ControlError."""
+    connection = WorkerConnection(worker)
+    try:
+        for version in sorted(set(versions) - cache.versions()):
+            probe = ControlSession(connection.client, worker.url, worker.host_header)
+            await probe.open({"protocolVersion": version, "capabilities": {}, "clientInfo": PROBE_CLIENT_INFO})
+            cache.store(version, probe.initialize_result, await probe.list_tools())
+            await probe.close()
+    finally:
+        await connection.aclose()

@@ -30,12 +30,11 @@ from router.http.errors import ServiceUnavailable, SessionNotFound, WorkerUnreac
 from router.http.messages import ClientMessage
 from router.http.proxy import WorkerConnection
 from router.layout import StateLayout
-from router.record.snapshots import page_url
 from router.sessions import statefiles
 from router.sessions.admission import Admission
-from router.sessions.continuity import RESUME_REASONS, Continuity, ref_frame
-from router.sessions.control import ControlError, ControlSession
-from router.sessions.handshake import HandshakeCache
+from router.sessions.continuity import RESUME_REASONS, Continuity
+from router.sessions.control import ControlError
+from router.sessions.handshake import HandshakeCache, fill_cache
 from router.sessions.pool import WarmPool
 from router.sessions.table import DORMANT, ENDED, RECORD_STATE, Session, SessionTable, State, check_session_id
 from router.sessions.upkeep import Upkeep
@@ -53,7 +52,6 @@ log = logging.getLogger("mcp_router.sessions")
 FULL_RETRY_AFTER: Final = 10
 SHUTDOWN_SAVE_BUDGET: Final = 5.0  # all sessions' state saves at SIGTERM, together
 DEFAULT_RETENTION: Final = 24 * 3600.0
-PROBE_CLIENT_INFO: Final = {"name": "mcp-router-probe", "version": "1"}
 # A new worker's first request waits this long at most for the client's GET stream to be joined
 # to the worker's: servers ask roots/list there at once (Playwright itself waits up to 5 s for it).
 RELAY_WAIT: Final = 2.0
@@ -183,16 +181,7 @@ class SessionManager:
         try:
             # Straight to the supervisor: a probe is not a session's spawn (metrics, failure memory).
             worker = await self.supervisor.spawn(worker_id)
-            connection = WorkerConnection(worker)
-            try:
-                for version in sorted(HANDSHAKE_VERSIONS - self.handshakes.versions()):
-                    probe = ControlSession(connection.client, worker.url, worker.host_header)
-                    params = {"protocolVersion": version, "capabilities": {}, "clientInfo": PROBE_CLIENT_INFO}
-                    await probe.open(params)
-                    self.handshakes.store(version, probe.initialize_result, await probe.list_tools())
-                    await probe.close()
-            finally:
-                await connection.aclose()
+            await fill_cache(self.handshakes, worker, HANDSHAKE_VERSIONS)
             log.info("handshake cache filled ms=%.0f", (time.monotonic() - started) * 1000)
         except (ControlError, WorkerError) as exc:
             log.warning("handshake probe failed (sessions start their workers at once): %s", exc)
@@ -323,33 +312,7 @@ class SessionManager:
     async def renew_browser(self, session: Session) -> str:
         """create_new_session: a fresh browser (new worker, empty profile) under the same MCP
         session. Returns the new browser-session id, which the record links to this session."""
-        browser_session = "browser-" + secrets.token_urlsafe(12)
-        async with session.lock:
-            connection = self.continuity.detach(session, State.HIBERNATED)
-            if connection is not None:
-                await connection.aclose()
-                if self.recorder is not None:
-                    await self.recorder.flush()  # the recorder reads the output dir's files first
-            await self.supervisor.stop(session.id)
-            await self.supervisor.forget(session.id)  # profile and saved state: cookies, storage
-            session.browser_used = False
-            session.current_url = None
-            session.ref_frame = 0
-            await self.continuity.attach(session, reason="new-browser")
-        statefiles.write_session_file(self._dir(session), statefiles.session_record(session))
-        if self.recorder is not None and session.connection is not None:
-            worker = session.connection.worker
-            self.recorder.session_opened(
-                browser_session,
-                client_info=session.client_info,
-                protocol_version=session.protocol_version,
-                port=worker.port,
-                pid=worker.pid,
-                metadata={"browser_session_of": session.id},
-                parent_id=session.id,
-            )
-        log.info("new browser session=%s browser_session=%s", session.id, browser_session)
-        return browser_session
+        return await self.continuity.renew(session)
 
     async def _evict_dormant(self) -> bool:
         """Makes room among known ids by ending the longest-dormant session for good: one that
@@ -443,25 +406,8 @@ class SessionManager:
         return True
 
     def on_tool_answer(self, session: Session, response: dict[str, Any]) -> bool:
-        """Called with each tools/call answer: notes the page URL, and adds the resume notice to
-        the first answer after a resume. True when ``response`` was changed."""
-        result = response.get("result")
-        content = result.get("content") if isinstance(result, dict) else None
-        if not isinstance(content, list):
-            return False
-        for part in content:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                url = page_url(part["text"])
-                if url is not None:
-                    session.current_url = url
-                frame = ref_frame(part["text"])
-                if frame is not None:
-                    session.ref_frame = frame
-        notice, session.resumed_notice = session.resumed_notice, None
-        if notice is None:
-            return False
-        content.append({"type": "text", "text": notice})
-        return True
+        """See Continuity.on_tool_answer."""
+        return self.continuity.on_tool_answer(session, response)
 
     # -- helpers ---------------------------------------------------------------------------------
 
