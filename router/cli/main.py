@@ -35,6 +35,10 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--viewport", help="e.g. 1280x720")
     p.add_argument("--worker-arg", dest="worker_args", action="append", help="extra worker flag (repeat)")
     p.add_argument("--worker-command", help="worker argv template with {port}; shell-split")
+    p.add_argument(
+        "--allow-tool", dest="allow_tools", action="append", help="offer a tool that is off by default (repeat)"
+    )
+    p.add_argument("--deny-tool", dest="deny_tools", action="append", help="hide and refuse a worker tool (repeat)")
     p.add_argument("--allowed-origin", dest="allowed_origins", action="append")
     p.add_argument("--allowed-host", dest="allowed_hosts", action="append")
     p.add_argument("--responses", choices=["full", "compact"])
