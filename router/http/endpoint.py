@@ -34,6 +34,7 @@ from router.http.proxy import WorkerConnection, downstream_headers, upstream_hea
 from router.http.session_stream import SessionStream
 from router.http.sse import encode_event
 from router.http.streaming import Writer, forward_events, run_stream, send_accepted, send_json, send_start
+from router.http.timing import request_timing
 from router.sessions.manager import SessionManager
 from router.sessions.table import Session, State
 from router.types import (
@@ -106,7 +107,8 @@ class McpEndpoint:
             if message.kind is not Kind.REQUEST:
                 await self._forward_one_way(session, scope, message, send)
                 return
-            exchange = Exchange.begin(self.hooks, session, message)
+            timing = request_timing(scope)
+            exchange = Exchange.begin(self.hooks, session, message, timing)
             if not exchange.needs_worker():
                 with session.client_request():
                     answer = await exchange.local_answer()
@@ -114,7 +116,9 @@ class McpEndpoint:
                 await send_json(send, answer, session, status=200)
                 return
             # Gives the session a worker first (spawn or resume: replayed handshake, restored browser).
-            async with self.manager.serving(session, message):
+            async with self.manager.serving(session, message) as started_worker:
+                if timing is not None and started_worker:
+                    timing.started_worker = True
                 await self._forward_request(session, scope, receive, send, exchange)
         except RouterError as exc:
             exc.request_id = message.id
@@ -125,7 +129,7 @@ class McpEndpoint:
             # Also what a 2026-07-28 client's server/discover probe gets, so it falls back.
             raise BadRequest("Bad Request: Mcp-Session-Id header is required; send initialize first")
         session, result = await self.manager.open(message, response_mode=self._response_mode(scope))
-        exchange = Exchange.begin(self.hooks, session, message)
+        exchange = Exchange.begin(self.hooks, session, message, request_timing(scope))
         body = json.dumps({"jsonrpc": "2.0", "id": message.id, "result": result}).encode()
         await send_json(send, await exchange.answer_json(body), session, status=200)
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from router.http.messages import ClientMessage
 from router.http.sse import encode_event, event_data, event_id
+from router.http.timing import RequestTiming
 from router.http.tool_policy import ToolPolicy
 from router.record import tools
 
@@ -44,13 +45,16 @@ class Exchange:
     hooks: ExchangeHooks
     session: Session
     message: ClientMessage
+    timing: RequestTiming | None = None
     ref_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     started: float = field(default_factory=time.perf_counter)
     done: bool = False
 
     @classmethod
-    def begin(cls, hooks: ExchangeHooks, session: Session, message: ClientMessage) -> Exchange:
-        exchange = cls(hooks, session, message)
+    def begin(
+        cls, hooks: ExchangeHooks, session: Session, message: ClientMessage, timing: RequestTiming | None = None
+    ) -> Exchange:
+        exchange = cls(hooks, session, message, timing)
         recorder = hooks.recorder
         if recorder is not None:
             recorder.request(
@@ -185,7 +189,7 @@ class Exchange:
     def _log(self, status: str) -> None:
         if self.hooks.metrics is not None:  # both ends of an exchange (answer, failure) pass here
             self.hooks.metrics.call_done(
-                self.message.method or "", self.message.tool_name, status, self._elapsed_ms() / 1000
+                self.message.method or "", self.message.tool_name, status, self._elapsed_ms() / 1000, self.timing
             )
         if self.is_tool_call:
             log.info(

@@ -13,8 +13,6 @@ import re
 import time
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable
-from contextvars import ContextVar
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -24,6 +22,8 @@ from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from router.http.timing import RequestTiming, attach_timing
 
 if TYPE_CHECKING:
     from router.sessions.manager import SessionManager
@@ -53,29 +53,6 @@ CALL_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 
 OVERHEAD_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 # Session states → the reason label; "reaped" reads better as what caused it.
 REAP_REASONS: Final = {"reaped": "idle"}
-
-
-@dataclass
-class RequestTiming:
-    """Shared between the /mcp timing wrapper and the request's Exchange: the exchange writes how
-    long the worker took, the wrapper subtracts it from the whole request's time."""
-
-    upstream_s: float | None = None
-    # A request that had to start a worker (spawn, resume) mostly waited for that; the spawn
-    # histogram measures it, so such a request is left out of the router-added figure.
-    started_worker: bool = False
-
-
-# A context variable rather than an argument: the Exchange is built deep inside the endpoint,
-# which has no reason to know about metrics. Tasks the endpoint starts copy the context, so they
-# see the same RequestTiming object. Per request, not shared mutable state between apps.
-current_timing: ContextVar[RequestTiming | None] = ContextVar("mcp_router_request_timing", default=None)
-
-
-def _note_worker_start() -> None:
-    timing = current_timing.get()
-    if timing is not None:
-        timing.started_worker = True
 
 
 class Metrics:
@@ -114,11 +91,9 @@ class Metrics:
     def spawned(self, seconds: float) -> None:
         self.spawns.labels("ok").inc()
         self.spawn_seconds.observe(seconds)
-        _note_worker_start()
 
     def spawn_failed(self) -> None:
         self.spawns.labels("failed").inc()
-        _note_worker_start()
 
     def ended(self, state: str) -> None:
         self.reaps.labels(REAP_REASONS.get(state, state)).inc()
@@ -131,15 +106,15 @@ class Metrics:
 
     def resumed(self) -> None:
         self.resumes.inc()
-        _note_worker_start()
 
-    def call_done(self, method: str, tool: str | None, status: str, seconds: float) -> None:
+    def call_done(
+        self, method: str, tool: str | None, status: str, seconds: float, timing: RequestTiming | None = None
+    ) -> None:
         self.requests.labels(method if method in KNOWN_METHODS else OTHER, status).inc()
         if method == "tools/call":
             label = self._tool_label(tool or "")
             self.tool_calls.labels(label, status).inc()
             self.call_seconds.labels(label).observe(seconds)
-        timing = current_timing.get()
         if timing is not None:
             timing.upstream_s = seconds
 
@@ -217,7 +192,7 @@ def _db_size(db_path: Path) -> int:
 
 class TimedEndpoint:
     """Wraps the /mcp endpoint: the request's whole time minus the worker's share (written by the
-    exchange through ``current_timing``) is the router-added latency."""
+    exchange into the request's RequestTiming) is the router-added latency."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics, clock: Callable[[], float] = time.perf_counter) -> None:
         self.app = app
@@ -228,13 +203,11 @@ class TimedEndpoint:
         if scope.get("method") != "POST":
             await self.app(scope, receive, send)
             return
-        timing = RequestTiming()
-        token = current_timing.set(timing)
+        scope, timing = attach_timing(scope)
         started = self.clock()
         try:
             await self.app(scope, receive, send)
         finally:
-            current_timing.reset(token)
             if timing.upstream_s is not None and not timing.started_worker:
                 added = self.clock() - started - timing.upstream_s
                 self.metrics.router_seconds.observe(max(added, 0.0))

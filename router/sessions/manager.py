@@ -354,24 +354,26 @@ class SessionManager:
         return None if entry is None else dict(entry["tools"])
 
     @asynccontextmanager
-    async def serving(self, session: Session, message: ClientMessage) -> AsyncIterator[None]:
+    async def serving(self, session: Session, message: ClientMessage) -> AsyncIterator[bool]:
         """A client request: counted in flight, given a worker (resuming if needed), and, when it
-        was a browser tool call, followed by a debounced save of the browser state."""
+        was a browser tool call, followed by a debounced save of the browser state. Yields whether
+        a worker had to be started for it."""
         with session.client_request():
-            await self.ensure_worker(session)
+            started = await self.ensure_worker(session)
             if session.stream.held and not session.relay_ready.is_set():
                 with anyio.move_on_after(RELAY_WAIT):
                     await session.relay_ready.wait()
-            yield
+            yield started
         if (message.tool_name or "").startswith("browser_") and session.connection is not None:
             session.browser_used = True
             self.upkeep.schedule_save(session)
 
-    async def ensure_worker(self, session: Session) -> None:
+    async def ensure_worker(self, session: Session) -> bool:
+        """True when a worker was started (spawned or resumed) for the session just now."""
         connection = session.connection
         if connection is not None:
             if connection.worker.alive():
-                return
+                return False
             # Died a moment ago: the supervisor's exit listener runs only after its sweep.
             self.continuity.crashed(session)
         async with session.lock:
@@ -382,6 +384,8 @@ class SessionManager:
                 if previous in (State.CRASHED, State.DEGRADED):
                     await self.upkeep.restart_allowed(session)
                 await self.continuity.attach(session, reason=RESUME_REASONS.get(previous))
+                return True
+        return False
 
     async def replace_dead_worker(self, session: Session, connection: WorkerConnection) -> WorkerConnection:
         """The worker refused a connection: treat it as crashed (restart budget) and resume."""
