@@ -65,9 +65,16 @@ def cross_site_refusal(request: Request) -> str | None:
 
 class Api:
     def __init__(
-        self, manager: SessionManager, layout: StateLayout, memory: MemorySampler | None = None
+        self,
+        manager: SessionManager,
+        records: Records | None,
+        layout: StateLayout,
+        memory: MemorySampler | None = None,
     ) -> None:
+        """``manager`` for the live sessions and the actions on them; ``records`` (None when
+        recording is off) for everything the record holds."""
         self.manager = manager
+        self.records = records
         self.layout = layout
         self.memory = memory or MemorySampler()
 
@@ -83,11 +90,6 @@ class Api:
         ]
 
     # ---------------------------------------------------------------- helpers
-
-    @property
-    def records(self) -> Records | None:
-        recorder = self.manager.recorder
-        return recorder.records if recorder is not None else None
 
     async def _memory(self, sessions: list[Session]) -> dict[str, int]:
         roots = {
