@@ -163,7 +163,7 @@ def create_app(settings: Settings) -> Starlette:
             Route(MCP_ENDPOINT, TimedEndpoint(endpoint, metrics), methods=None),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/metrics", metrics.endpoint, methods=["GET"]),
-            *Api(manager, recorder.records if recorder is not None else None, layout).routes(),
+            *Api(manager, lambda: recorder.records if recorder is not None else None, layout).routes(),
             *Ui().routes(),
         ],
         middleware=[

@@ -67,14 +67,14 @@ class Api:
     def __init__(
         self,
         manager: SessionManager,
-        records: Records | None,
+        records: Callable[[], Records | None],
         layout: StateLayout,
         memory: MemorySampler | None = None,
     ) -> None:
-        """``manager`` for the live sessions and the actions on them; ``records`` (None when
-        recording is off) for everything the record holds."""
+        """``manager`` for the live sessions and the actions on them; ``records()`` for everything
+        the record holds (None when recording is off or the recorder is not running)."""
         self.manager = manager
-        self.records = records
+        self._records = records
         self.layout = layout
         self.memory = memory or MemorySampler()
 
@@ -90,6 +90,10 @@ class Api:
         ]
 
     # ---------------------------------------------------------------- helpers
+
+    @property
+    def records(self) -> Records | None:
+        return self._records()
 
     async def _memory(self, sessions: list[Session]) -> dict[str, int]:
         roots = {
