@@ -38,9 +38,10 @@ def run_doctor(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, lis
 
 
 def test_healthy_machine_passes(
-    tmp_path: Path, config_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, config_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    chromium: str,
 ) -> None:
-    monkeypatch.delenv("MCP_ROUTER_BROWSER", raising=False)
+    monkeypatch.delenv("MCP_ROUTER_BROWSER", raising=False)  # the doctor finds the browser and launches it
     unit = config_home / "systemd" / "user" / "mcp-router.service"
     unit.parent.mkdir(parents=True)
     unit.write_text("[Service]\n")
