@@ -81,8 +81,8 @@ def test_broken_machine_fails_with_fixes(
     assert lines[-1] == "5 problem(s) found"
 
 
-def test_port_held_by_a_router_is_fine(tmp_path: Path) -> None:
-    with RouterThread(router_settings(tmp_path)) as router:
+def test_port_held_by_a_router_is_fine(state_dir: Path) -> None:
+    with RouterThread(router_settings(state_dir)) as router:
         check = doctor.check_port("127.0.0.1", router.port)
     assert check.ok and "a router already answers" in check.message
 

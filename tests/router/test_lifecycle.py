@@ -24,7 +24,7 @@ from tests.support import (
 from workers.orphans import processes_for
 
 
-def test_idle_session_is_reaped_even_with_an_open_get_stream(tmp_path: Path, state_dir: Path) -> None:
+def test_idle_session_is_reaped_even_with_an_open_get_stream(state_dir: Path) -> None:
     settings = router_settings(state_dir, idle_timeout=1.0)
     with RouterThread(settings) as router, RawClient(router.url) as c:
         c.initialize()

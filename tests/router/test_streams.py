@@ -69,8 +69,8 @@ def test_server_to_client_request_crosses_and_answer_returns(fake_router: Router
         c.delete()
 
 
-def test_get_stream_sends_keepalives_and_closes_upstream_when_client_goes(tmp_path: Path) -> None:
-    settings = router_settings(tmp_path, keepalive_interval=0.2)
+def test_get_stream_sends_keepalives_and_closes_upstream_when_client_goes(state_dir: Path) -> None:
+    settings = router_settings(state_dir, keepalive_interval=0.2)
     with RouterThread(settings) as router, RawClient(router.url) as c:
         c.initialize()
         headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or ""}
