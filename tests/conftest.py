@@ -1,31 +1,76 @@
+"""The suite's fixtures, one home each; the helpers they build on are in tests/support.
+
+Tiers: a test that uses the ``chromium`` fixture (itself or through another fixture, such as
+``pw_router``) drives the real browser and is marked ``e2e``; nothing else is, and outside e2e the
+router cannot find a browser to launch. ``-m "not e2e"`` is the fast tier.
+"""
+
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from router.settings import find_browser
-from tests.e2e.pages import serve_pages
-from tests.support import RouterThread, router_settings, wait_for
+from tests.support import RouterThread, playwright_router, router_settings, serve_pages, wait_for
 from workers.orphans import processes_for
 from workers.spec import default_cli_path
+
+# How long a test's workers (node + Chromium included) may take to go once it is done.
+WORKERS_GONE_TIMEOUT = 15.0
+# Outside e2e the router's browser is this path, so a real worker started by mistake fails loudly.
+NO_BROWSER = "/nonexistent/browser-outside-e2e"
+# Idle reaping must not surprise a module's shared real-worker router: tests that reap shorten it.
+SHARED_ROUTER_IDLE_TIMEOUT = 600.0
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "chromium" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(autouse=True)
+def _no_browser_outside_e2e(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.node.get_closest_marker("e2e") is None:
+        monkeypatch.setenv("MCP_ROUTER_BROWSER", NO_BROWSER)
 
 
 @pytest.fixture
 def state_dir(tmp_path: Path) -> Iterator[Path]:
-    yield tmp_path
-    # Every test reaps what it spawns: nothing carrying this state dir may outlive the test.
-    wait_for(lambda: not processes_for(tmp_path), timeout=15)
+    """A state dir whose worker processes must all be gone when the test ends."""
+    path = tmp_path / "state"
+    path.mkdir()
+    yield path
+    with contextlib.suppress(AssertionError):
+        wait_for(lambda: not processes_for(path), timeout=WORKERS_GONE_TIMEOUT)
+    left = processes_for(path)
+    for pid in left:  # kill before failing, so one broken test does not leak into the next
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes left behind: {left}"
 
 
 @pytest.fixture(scope="module")
 def fake_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterThread]:
-    """One router with the stand-in worker, shared by a module's protocol tests."""
+    """One router with the stand-in worker and the record off, shared by a module."""
     state = tmp_path_factory.mktemp("router")
     with RouterThread(router_settings(state)) as router:
         yield router
-    wait_for(lambda: not processes_for(state), timeout=15)
+    wait_for(lambda: not processes_for(state), timeout=WORKERS_GONE_TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def rec_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterThread]:
+    """One router with the stand-in worker and the record on, shared by a module."""
+    state = tmp_path_factory.mktemp("rec-router")
+    with RouterThread(router_settings(state, record=True)) as router:
+        yield router
+    wait_for(lambda: not processes_for(state), timeout=WORKERS_GONE_TIMEOUT)
 
 
 @pytest.fixture(scope="session")
@@ -37,8 +82,16 @@ def chromium() -> str:
     return path
 
 
+@pytest.fixture(scope="module")
+def pw_router(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator[RouterThread]:
+    """One router with real @playwright/mcp workers and the record on, shared by a module."""
+    state = tmp_path_factory.mktemp("pw-router")
+    with playwright_router(state, chromium, idle_timeout=SHARED_ROUTER_IDLE_TIMEOUT) as router:
+        yield router
+
+
 @pytest.fixture(scope="session")
 def pages() -> Iterator[str]:
-    """The test pages, served on 127.0.0.1 for the real browsers."""
+    """The test pages (tests.support.pages), served on 127.0.0.1 for the real browsers."""
     with serve_pages() as base:
         yield base

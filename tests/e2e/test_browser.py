@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
 from mcp import Client
 
-from tests.support import ROOT, RawClient, RouterThread, wait_for
+from tests.support import ROOT, RawClient, RouterThread, find_ref, wait_for
 from workers.orphans import processes_for
-
-SNAPSHOT_LINK = re.compile(r"\[Snapshot\]\(([^)]+)\)")
-
-
-def find_ref(snapshot: str, label: str) -> str:
-    for line in snapshot.splitlines():
-        if label in line:
-            match = re.search(r"\[ref=(e\d+)\]", line)
-            if match:
-                return match.group(1)
-    raise AssertionError(f"no ref for {label!r} in:\n{snapshot}")
 
 
 def test_navigate_snapshot_click_and_console(pw_router: RouterThread, pages: str) -> None:
@@ -96,8 +83,7 @@ async def test_python_sdk_default_mode_ends_in_a_working_session(pw_router: Rout
 
 def test_typescript_sdk_client_works_through_router(pw_router: RouterThread, pages: str) -> None:
     sdk = ROOT / "workers" / "node_modules" / "@modelcontextprotocol" / "sdk" / "dist"
-    if not sdk.exists():
-        pytest.fail("the TypeScript SDK is missing: scripts/setup runs npm ci in workers/")
+    assert sdk.exists(), "the TypeScript SDK is missing: scripts/setup runs npm ci in workers/"
     script = Path(__file__).with_name("ts_client.mjs")
     out = subprocess.run(
         ["node", str(script), str(sdk), pw_router.url, f"{pages}/second"],

@@ -5,23 +5,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
-from tests.e2e.test_browser import find_ref
-from tests.support import ROOT, RawClient, RouterThread
-
-REF_KEY = "mcp-router/refId"
-
-
-def ref_of(answer: dict[str, Any]) -> str:
-    return str(answer["result"]["_meta"][REF_KEY])
-
-
-def text_of(answer: dict[str, Any]) -> str:
-    return "".join(p.get("text", "") for p in answer["result"]["content"])
+from tests.support import RawClient, RouterThread, find_ref, ref_of, run_cli, text_of
 
 
 def flow(c: RawClient, pages: str) -> dict[str, Any]:
@@ -115,24 +101,29 @@ def test_cli_reads_the_record(pw_router: RouterThread, pages: str) -> None:
         c.call("browser_navigate", url=f"{pages}/")
         sid = c.session_id or ""
         c.delete()
-    cli = [sys.executable, "-m", "router.cli"]
-    sessions = subprocess.run([*cli, "sessions", "--state-dir", state], capture_output=True, text=True, cwd=ROOT)
+    sessions = run_cli("sessions", "--state-dir", state)
     assert sessions.returncode == 0, sessions.stderr
     assert sid in sessions.stdout and "cli-test" in sessions.stdout
-    show = subprocess.run([*cli, "show", sid, "--state-dir", state], capture_output=True, text=True, cwd=ROOT)
+    show = run_cli("show", sid, "--state-dir", state)
     assert show.returncode == 0 and "browser_navigate" in show.stdout
-    export = subprocess.run([*cli, "export", sid, "--state-dir", state], capture_output=True, text=True, cwd=ROOT)
+    export = run_cli("export", sid, "--state-dir", state)
     lines = [json.loads(line) for line in export.stdout.splitlines()]
     assert lines[0]["type"] == "session" and any(line.get("tool") == "browser_navigate" for line in lines[1:])
-    missing = subprocess.run([*cli, "show", "nope", "--state-dir", state], capture_output=True, text=True, cwd=ROOT)
+    missing = run_cli("show", "nope", "--state-dir", state)
     assert missing.returncode == 1
 
 
-def test_record_survives_for_ended_sessions(pw_router: RouterThread) -> None:
+def test_record_survives_for_ended_sessions(pw_router: RouterThread, pages: str) -> None:
+    with RawClient(pw_router.url) as c:
+        c.initialize()
+        ref = ref_of(c.call("browser_navigate", url=f"{pages}/"))
+        assert c.delete().status_code == 200
+    assert not (pw_router.settings.state_dir / "sessions" / (c.session_id or "")).exists()
     with db(pw_router) as conn:
-        states = {r[0] for r in conn.execute("SELECT state FROM sessions")}
-    assert "closed" in states
-    assert isinstance(Path(pw_router.settings.state_dir), Path)
+        session = conn.execute("SELECT state FROM sessions WHERE id = ?", (c.session_id,)).fetchone()
+        call = conn.execute("SELECT tool FROM requests WHERE ref_id = ?", (ref,)).fetchone()
+    assert session["state"] == "closed"
+    assert call["tool"] == "browser_navigate"
 
 
 def test_create_new_session_gives_a_fresh_browser_linked_in_the_record(pw_router: RouterThread, pages: str) -> None:

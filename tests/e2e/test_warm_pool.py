@@ -7,8 +7,6 @@ import statistics
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.support import RawClient, RouterThread, router_settings, wait_for
 from workers.orphans import processes_for
 
@@ -34,10 +32,8 @@ def timed_text(client: RawClient, tool: str, **arguments: str) -> tuple[str, flo
     return text, time.perf_counter() - started
 
 
-def test_first_tool_call_lands_in_the_prelaunched_browser(
-    tmp_path_factory: pytest.TempPathFactory, chromium: str, pages: str
-) -> None:
-    state = tmp_path_factory.mktemp("warm-pool")
+def test_first_tool_call_lands_in_the_prelaunched_browser(state_dir: Path, chromium: str, pages: str) -> None:
+    state = state_dir
     settings = router_settings(state, worker_command=None, browser=chromium, warm_workers=1)
     with RouterThread(settings) as router, RawClient(router.url) as client:
         [pooled] = wait_for(lambda: router.manager.pool.ready_ids(), timeout=40)
@@ -58,4 +54,3 @@ def test_first_tool_call_lands_in_the_prelaunched_browser(
         # A browser launch costs 0.5-1 s here; allow generous scheduling noise on a loaded machine.
         assert first < 3 * steady + 0.3, f"first {first * 1000:.0f} ms vs steady {steady * 1000:.0f} ms"
         assert client.delete().status_code == 200
-    wait_for(lambda: not processes_for(state), timeout=20)

@@ -13,17 +13,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
 
-from tests.e2e.test_browser import find_ref
-from tests.support import RawClient, RouterThread, playwright_router, wait_for
+from tests.support import RawClient, RouterThread, find_ref, wait_for
 from workers.orphans import processes_for
-
-pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def pw_router(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator[RouterThread]:
-    with playwright_router(tmp_path_factory.mktemp("ui-router"), chromium) as router:
-        yield router
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +40,7 @@ def page(browser: Browser) -> Iterator[Page]:
 
 def test_dashboard_follows_a_live_session_and_ends_it(pw_router: RouterThread, pages: str, page: Page) -> None:
     state = Path(pw_router.settings.state_dir)
-    base = f"http://127.0.0.1:{pw_router.port}"
+    base = pw_router.base_url
     page.goto(f"{base}/ui/")
     expect(page.locator("#status")).to_contain_text("live")
 
@@ -115,7 +106,7 @@ def test_dashboard_follows_a_live_session_and_ends_it(pw_router: RouterThread, p
 
 
 def test_dismissed_confirm_changes_nothing(pw_router: RouterThread, page: Page) -> None:
-    page.goto(f"http://127.0.0.1:{pw_router.port}/ui/")
+    page.goto(f"{pw_router.base_url}/ui/")
     with RawClient(pw_router.url) as c:
         c.initialize(name="keep-me")
         assert c.session_id is not None

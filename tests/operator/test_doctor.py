@@ -38,9 +38,10 @@ def run_doctor(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, lis
 
 
 def test_healthy_machine_passes(
-    tmp_path: Path, config_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, config_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    chromium: str,
 ) -> None:
-    monkeypatch.delenv("MCP_ROUTER_BROWSER", raising=False)
+    monkeypatch.delenv("MCP_ROUTER_BROWSER", raising=False)  # the doctor finds the browser and launches it
     unit = config_home / "systemd" / "user" / "mcp-router.service"
     unit.parent.mkdir(parents=True)
     unit.write_text("[Service]\n")
@@ -80,8 +81,8 @@ def test_broken_machine_fails_with_fixes(
     assert lines[-1] == "5 problem(s) found"
 
 
-def test_port_held_by_a_router_is_fine(tmp_path: Path) -> None:
-    with RouterThread(router_settings(tmp_path)) as router:
+def test_port_held_by_a_router_is_fine(state_dir: Path) -> None:
+    with RouterThread(router_settings(state_dir)) as router:
         check = doctor.check_port("127.0.0.1", router.port)
     assert check.ok and "a router already answers" in check.message
 

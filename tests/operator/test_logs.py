@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
-import subprocess
+import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +14,8 @@ import httpx
 import pytest
 
 from router.operator.logs import QUIET_LOGGERS, JsonFormatter, configure_logging
-from tests.support import FAKE_WORKER, RawClient, free_port, wait_for
+from tests.support import FAKE_WORKER, RawClient, ref_of, serve_process
+from workers.orphans import processes_for
 
 
 def _up(port: int) -> bool:
@@ -26,25 +26,18 @@ def _up(port: int) -> bool:
 
 
 def test_json_log_lines_tell_the_story_of_a_session(state_dir: Path) -> None:
-    port = free_port()
-    argv = [
-        sys.executable, "-m", "router.cli", "serve", "--port", str(port), "--state-dir", str(state_dir),
-        "--worker-command", f"{sys.executable} {FAKE_WORKER} {{port}}", "--log-format", "json",
-    ]
-    server = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    try:
-        wait_for(lambda: _up(port) or server.poll() is not None)
-        assert server.poll() is None, server.stderr.read() if server.stderr else ""
-        with RawClient(f"http://127.0.0.1:{port}/mcp") as c:
-            c.initialize()
-            assert c.text("echo", text="logged") == "logged"
-            ref_id = c.call("echo", text="again")["result"]["_meta"]["mcp-router/refId"]
-            c.delete()
-            session_id = c.session_id
-    finally:
-        server.send_signal(signal.SIGTERM)
-        _, err = server.communicate(timeout=30)
-    lines = [json.loads(line) for line in err.splitlines() if line.strip()]  # every line parses
+    # A worker command on the command line is shell-split and wins over the environment's (-u tells).
+    worker = ("--worker-command", shlex.join([sys.executable, "-u", str(FAKE_WORKER), "{port}"]))
+    with serve_process(state_dir, *worker, "--log-format", "json") as server, RawClient(server.url) as c:
+        c.initialize()
+        [pid] = processes_for(state_dir, c.session_id)
+        assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1] == b"-u"
+        assert c.text("echo", text="logged") == "logged"
+        ref_id = ref_of(c.call("echo", text="again"))
+        c.delete()
+        session_id = c.session_id
+    assert server.proc.returncode is not None  # stopped: its log is complete
+    lines = [json.loads(line) for line in server.stderr().splitlines() if line.strip()]  # every line parses
     assert all({"ts", "level", "logger", "msg"} <= set(line) for line in lines)
     mine = [line for line in lines if line.get("session") == session_id]
     assert any(line["msg"].startswith("session opened") for line in mine)

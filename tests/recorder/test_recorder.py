@@ -213,6 +213,7 @@ async def test_enqueued_before_run_is_written_and_after_run_is_kept_off_disk(db_
         assert _query(db_path, "SELECT ref_id FROM responses") == [("early",)]
     _call(rec, "s", "late")  # must not raise once stopped
     await rec.flush()
+    assert _query(db_path, "SELECT ref_id FROM responses") == [("early",)]
 
 
 async def test_cancelled_lifespan_still_drains_the_queue(db_path: Path) -> None:

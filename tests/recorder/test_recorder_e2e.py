@@ -5,31 +5,17 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from router.record.recorder import Recorder
 from router.record.snapshots import compact_summary, summarize
-from tests.e2e.pages import serve_pages
+from tests.support import messages_of
 from workers import orphans
 from workers.spec import WorkerSpec, default_cli_path
 from workers.supervisor import Supervisor, Worker
-
-pytestmark = pytest.mark.e2e
-PAGE = b"""<!doctype html><title>Recorder e2e</title><h1>Hello</h1>
-<button onclick="document.getElementById('o').textContent='Clicked'; console.warn('clicked warn')">
-Press</button>
-<p id="o">Not clicked</p><script>console.error('boom from page')</script>"""
-
-
-@pytest.fixture
-def page_url() -> Iterator[str]:
-    with serve_pages({"/": PAGE}) as base:
-        yield f"{base}/"
 
 
 class _Client:
@@ -49,17 +35,15 @@ class _Client:
                                     json={"jsonrpc": "2.0", "id": self.n, "method": method, "params": params})
         if "mcp-session-id" in resp.headers:
             self.headers["Mcp-Session-Id"] = resp.headers["mcp-session-id"]
-        data = [ln[5:].strip() for ln in resp.text.splitlines() if ln.startswith("data:")]
-        message = json.loads(data[-1]) if data else resp.json()
-        result = message["result"]
+        result = messages_of(resp)[-1]["result"]
         self.rec.response(ref, status="error" if result.get("isError") else "success",
                           result=json.dumps(result), duration_ms=(time.perf_counter() - started) * 1000,
                           output_dir=self.worker.output_dir)
         return ref, result
 
 
-async def test_real_flow_fills_every_table(tmp_path: Path, page_url: str, chromium: str) -> None:
-    state = tmp_path / "state"
+async def test_real_flow_fills_every_table(state_dir: Path, pages: str, chromium: str) -> None:
+    state, page_url = state_dir, f"{pages}/recorder"
     sup = Supervisor(spec=WorkerSpec(), state_dir=state, browser=chromium, cli=str(default_cli_path()))
     rec = Recorder(state / "router.db")
     async with rec.run(), sup.run(), httpx.AsyncClient(timeout=60) as http:
@@ -91,7 +75,7 @@ async def test_real_flow_fills_every_table(tmp_path: Path, page_url: str, chromi
         assert "[warn] clicked warn" in await records.read_console("s1", click, "warn")
         assert "[error] boom from page" in await records.read_console("s1", console)
         summary = compact_summary(nav, "browser_navigate", summarize(nav_result))
-        assert "snapshot available: yes" in summary and "\nconsole: " in summary  # + favicon 404
+        assert "snapshot available: yes" in summary and "\nconsole: " in summary
         calls = await records.session_calls("s1")
         assert [c["tool"] for c in calls] == [None, "browser_navigate", "browser_snapshot",
                                               "browser_click", "browser_console_messages"]

@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
-import json
+import os
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 
-from tests.support import RawClient, RouterThread, initialize_body, iter_sse, router_settings, wait_for
+from router.sessions.table import State
+from tests.support import (
+    RawClient,
+    RouterThread,
+    initialize_body,
+    iter_sse,
+    messages_of,
+    router_settings,
+    wait_for,
+    whoami,
+)
 from workers.orphans import processes_for
 
 
-def test_idle_session_is_reaped_even_with_an_open_get_stream(tmp_path: Path, state_dir: Path) -> None:
+def test_idle_session_is_reaped_even_with_an_open_get_stream(state_dir: Path) -> None:
     """The worker goes, the client's GET stream stays (it belongs to the session) and the session
     resumes on a new worker at the next request; DELETE ends the stream."""
     settings = router_settings(state_dir, idle_timeout=1.0, keepalive_interval=0.5)
@@ -54,13 +63,29 @@ def test_idle_session_is_reaped_even_with_an_open_get_stream(tmp_path: Path, sta
         assert not (state_dir / "sessions" / (c.session_id or "")).exists()
 
 
-def test_in_flight_request_is_not_reaped(state_dir: Path) -> None:
+def test_in_flight_request_is_not_reaped_then_the_idle_session_is_and_resumes(state_dir: Path) -> None:
     settings = router_settings(state_dir, idle_timeout=0.5)
     with RouterThread(settings) as router, RawClient(router.url) as c:
         c.initialize()
-        assert c.text("slow", seconds=2.0) == "done"
-        # Right after a long call the idle clock starts again from its end.
+        first = whoami(c)
+        session = router.manager.sessions.get(c.session_id)
+        # A call four idle timeouts long: its worker and the session stay live all through it.
+        done = threading.Event()
+        call = threading.Thread(target=lambda: c.text("slow", seconds=2.0) == "done" and done.set())
+        call.start()
+        while call.is_alive():
+            assert session.state is State.LIVE and processes_for(state_dir, c.session_id) == [first["pid"]]
+            call.join(timeout=0.05)
+        assert done.is_set(), "the slow call failed"
+        # Idle from then on: reaped for real, its worker gone and its output dir with it.
+        wait_for(lambda: session.state is State.REAPED, timeout=10)
+        wait_for(lambda: not processes_for(state_dir, c.session_id), timeout=10)
+        wait_for(lambda: not os.path.exists(f"/proc/{first['pid']}"), timeout=10)  # ended and waited for
+        wait_for(lambda: not (state_dir / "sessions" / (c.session_id or "") / "out").exists(), timeout=10)
+        # The id outlives its worker: the next call resumes it on a new one.
         assert c.text("echo", text="still here") == "still here"
+        assert session.state is State.LIVE
+        assert whoami(c)["pid"] != first["pid"]
         c.delete()
 
 
@@ -97,12 +122,7 @@ def test_worker_crash_mid_call_gives_an_error_for_that_call(state_dir: Path) -> 
         r = c.post(body)
         elapsed = time.monotonic() - started
         assert elapsed < 5
-        messages: list[dict[str, Any]]
-        if r.headers.get("content-type", "").startswith("text/event-stream"):
-            messages = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
-        else:
-            messages = [r.json()]
-        errors = [m for m in messages if m.get("id") == 21 and "error" in m]
+        errors = [m for m in messages_of(r) if m.get("id") == 21 and "error" in m]
         assert errors, r.text
         # A crash does not end the session: the next request resumes it on a new worker.
         wait_for(lambda: not processes_for(state_dir, c.session_id), timeout=10)

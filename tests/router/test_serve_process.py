@@ -2,101 +2,52 @@
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.support import FAKE_WORKER_COMMAND, ROOT, RawClient, free_port, wait_for
+from tests.support import RawClient, run_cli, serve_process, wait_for
 from workers.orphans import processes_for
 
-
-def start_router(state: Path, port: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "MCP_ROUTER_WORKER_COMMAND": json.dumps(FAKE_WORKER_COMMAND)}
-    log = state / f"router-{port}.log"
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "router.cli", "serve", "--port", str(port), "--state-dir", str(state)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=sink,
-        )
-
-    def healthy() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(log.read_text())
-        try:
-            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_for(healthy)
-    return proc
+SIGNAL_SHUTDOWN_LIMIT = 10.0
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_ends_every_worker_within_ten_seconds(state_dir: Path, sig: signal.Signals) -> None:
-    port = free_port()
-    proc = start_router(state_dir, port)
-    try:
-        clients = [RawClient(f"http://127.0.0.1:{port}/mcp") for _ in range(3)]
+    with serve_process(state_dir) as server:
+        clients = [RawClient(server.url) for _ in range(3)]
         for c in clients:
             c.initialize()
             c.start_worker()
         assert len({p for c in clients for p in processes_for(state_dir, c.session_id)}) >= 3
         started = time.monotonic()
-        proc.send_signal(sig)
-        proc.wait(timeout=15)
-        assert time.monotonic() - started < 10
+        server.proc.send_signal(sig)
+        server.proc.wait(timeout=15)
+        assert time.monotonic() - started < SIGNAL_SHUTDOWN_LIMIT
         assert not processes_for(state_dir)
         for c in clients:
             c.close()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_orphans_of_a_killed_router_are_ended_at_next_start(state_dir: Path) -> None:
-    port = free_port()
-    proc = start_router(state_dir, port)
-    with RawClient(f"http://127.0.0.1:{port}/mcp") as c:
+    with serve_process(state_dir) as server, RawClient(server.url) as c:
         c.initialize()
-        orphans = processes_for(state_dir, c.session_id)
-        assert orphans
-    proc.kill()
-    proc.wait()
+        assert processes_for(state_dir, c.session_id)
+        server.proc.kill()
+        server.proc.wait()
     assert processes_for(state_dir), "a SIGKILLed router leaves its workers behind"
-    second = start_router(state_dir, free_port())
-    try:
+    with serve_process(state_dir):
         wait_for(lambda: not processes_for(state_dir), timeout=10)
-    finally:
-        second.terminate()
-        second.wait(timeout=15)
 
 
 def test_sessions_command_shows_live_state_of_a_running_router(state_dir: Path) -> None:
-    port = free_port()
-    proc = start_router(state_dir, port)
-    try:
-        with RawClient(f"http://127.0.0.1:{port}/mcp") as c:
-            c.initialize(name="live-cli")
-            out = subprocess.run(
-                [sys.executable, "-m", "router.cli", "sessions", "--state-dir", str(state_dir)],
-                cwd=ROOT, capture_output=True, text=True, timeout=30, check=False,
-            )
-            assert out.returncode == 0, out.stderr
-            assert "PID" in out.stdout and "MEMORY" in out.stdout
-            line = next(line for line in out.stdout.splitlines() if (c.session_id or "?") in line)
-            assert "live-cli" in line
-            c.delete()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+    with serve_process(state_dir) as server, RawClient(server.url) as c:
+        c.initialize(name="live-cli")
+        out = run_cli("sessions", "--state-dir", str(state_dir))
+        assert out.returncode == 0, out.stderr
+        assert "PID" in out.stdout and "MEMORY" in out.stdout
+        line = next(line for line in out.stdout.splitlines() if (c.session_id or "?") in line)
+        assert "live-cli" in line
+        c.delete()

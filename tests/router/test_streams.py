@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from tests.support import RawClient, RouterThread, iter_sse, router_settings, wait_for
+from tests.support import RawClient, RouterThread, iter_sse, messages_of, router_settings, wait_for
 
 
 def test_progress_and_answer_stream_through(fake_router: RouterThread) -> None:
@@ -69,8 +69,8 @@ def test_server_to_client_request_crosses_and_answer_returns(fake_router: Router
         c.delete()
 
 
-def test_get_stream_sends_keepalives_and_closes_upstream_when_client_goes(tmp_path: Path) -> None:
-    settings = router_settings(tmp_path, keepalive_interval=0.2)
+def test_get_stream_sends_keepalives_and_closes_upstream_when_client_goes(state_dir: Path) -> None:
+    settings = router_settings(state_dir, keepalive_interval=0.2)
     with RouterThread(settings) as router, RawClient(router.url) as c:
         c.initialize()
         c.start_worker()
@@ -97,17 +97,36 @@ def _active_connections(client: httpx.AsyncClient) -> int:
     return sum(1 for conn in pool.connections if not conn.is_idle())
 
 
-def test_get_stream_carries_server_notifications(fake_router: RouterThread) -> None:
-    """A notification not tied to a request (here: a log from a concurrent call) may use GET."""
+def test_a_calls_notification_comes_on_its_own_stream_not_the_open_get_stream(fake_router: RouterThread) -> None:
+    """A log the worker sends while answering a call belongs to that call's SSE answer; an open GET
+    stream must neither take it nor get a copy."""
     with RawClient(fake_router.url) as c:
         c.initialize()
         headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or ""}
+        on_get: list[dict[str, Any]] = []
         opened = threading.Event()
-        with c.http.stream("GET", c.url, headers=headers) as r:
-            assert r.status_code == 200
-            opened.set()
-            assert c.text("log_then_answer") == "answered"
-        c.delete()
+
+        def hold_get_stream() -> None:
+            with httpx.Client(timeout=30) as http, http.stream("GET", c.url, headers=headers) as r:
+                assert r.status_code == 200
+                opened.set()
+                on_get.extend(m for m in iter_sse(r) if "comment" not in m)
+
+        reader = threading.Thread(target=hold_get_stream, daemon=True)
+        reader.start()
+        assert opened.wait(10)
+        call = {"jsonrpc": "2.0", "id": 12, "method": "tools/call", "params": {"name": "log_then_answer"}}
+        answer = c.post(call)
+        assert answer.headers["content-type"].startswith("text/event-stream")
+        messages = messages_of(answer)
+        assert [m.get("method") or m.get("id") for m in messages] == ["notifications/message", 12]
+        assert messages[0]["params"]["data"] == "working"
+        assert messages[1]["result"]["content"][0]["text"] == "answered"
+        assert c.request("ping")["result"] == {}  # one more round trip for anything misrouted to arrive
+        c.delete()  # ends the GET stream
+        reader.join(timeout=10)
+        assert not reader.is_alive()
+        assert on_get == []
 
 
 def test_concurrent_sessions_do_not_share_workers(fake_router: RouterThread) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from router.sessions.admission import Admission
 from router.sessions.pool import Pooled, WarmPool
 from router.sessions.table import State
-from tests.support import RawClient, RouterThread, router_settings, wait_for
+from tests.support import RawClient, RouterThread, router_settings, wait_for, whoami
 from workers.orphans import processes_for
 from workers.ports import derive_port
 
@@ -29,11 +29,6 @@ def router_loop_call(router: RouterThread, coro: Any) -> Any:
     loop = router.manager._loop
     assert loop is not None
     return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout=30)
-
-
-def whoami(client: RawClient) -> dict[str, int]:
-    text = client.text("whoami")  # "pid=… port=…"
-    return {k: int(v) for k, v in (part.split("=") for part in text.split())}
 
 
 def test_initialize_takes_a_warm_worker_and_the_pool_refills(state_dir: Path) -> None:

@@ -2,32 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
-import pytest
-from workers_testlib import async_wait_for
 
-from tests.e2e.pages import serve_pages
+from tests.support import async_wait_for, messages_of
 from workers import orphans
 from workers.spec import WorkerSpec, default_cli_path
 from workers.supervisor import Supervisor, Worker
-
-pytestmark = pytest.mark.e2e
-PAGE = b"<!doctype html><title>workers e2e</title><h1>hello from the test</h1>"
-
-
-@pytest.fixture
-def page_url() -> Iterator[str]:
-    with serve_pages({"/": PAGE}) as base:
-        yield f"{base}/"
 
 
 def _comm(pid: int) -> str:
@@ -39,11 +26,7 @@ def _comm(pid: int) -> str:
 
 def _rpc_result(resp: httpx.Response) -> dict[str, Any]:
     assert resp.status_code == 200, resp.text
-    if resp.headers["content-type"].startswith("text/event-stream"):
-        data = [line[5:].strip() for line in resp.text.splitlines() if line.startswith("data:")]
-        message: dict[str, Any] = json.loads(data[-1])
-    else:
-        message = resp.json()
+    message = messages_of(resp)[-1]
     assert "result" in message, message
     result: dict[str, Any] = message["result"]
     return result
@@ -84,7 +67,8 @@ async def _navigate(worker: Worker, url: str) -> str:
         return text
 
 
-async def test_real_worker_navigates_and_leaves_nothing(state_dir: Path, page_url: str, chromium: str) -> None:
+async def test_real_worker_navigates_and_leaves_nothing(state_dir: Path, pages: str, chromium: str) -> None:
+    page_url = f"{pages}/workers"
     sup = Supervisor(spec=WorkerSpec(), state_dir=state_dir, browser=chromium, cli=str(default_cli_path()))
     sid = "e2e-" + uuid.uuid4().hex
     exits: list[tuple[int, bool]] = []

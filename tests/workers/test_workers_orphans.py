@@ -7,8 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from workers_testlib import FAKE_GROUP_CHILD, PY, pid_alive, read_pids, wait_for
+from workers_testlib import FAKE_GROUP_CHILD, PY, pid_alive, read_pids
 
+from tests.support import wait_for
 from workers import orphans
 
 SLEEPER = "import time\nwhile True: time.sleep(1)"
@@ -37,7 +38,7 @@ def _crashed_worker(
         stderr=subprocess.DEVNULL,
     )
     popens.append(proc)
-    assert wait_for(pidfile.exists)
+    wait_for(pidfile.exists)
     _, grandchild = read_pids(pidfile)
     return proc, grandchild
 
@@ -72,7 +73,7 @@ def test_crashed_run_is_found_and_ended(
     found = orphans.end_orphans(state_dir, grace=2.0)
     assert sorted(found) == sorted([proc.pid, grandchild])
     assert proc.wait(timeout=10) is not None
-    assert wait_for(lambda: not pid_alive(grandchild), timeout=5)
+    wait_for(lambda: not pid_alive(grandchild), timeout=5)
     assert orphans.processes_for(state_dir) == []
     assert not orphans.pid_file(state_dir, "crashed").exists()
 
@@ -94,7 +95,7 @@ def test_state_dir_marker_alone_is_not_a_worker(
     env.pop("MCP_ROUTER_SESSION", None)
     proc = subprocess.Popen([PY, "-c", SLEEPER], env=env, start_new_session=True)
     popens.append(proc)
-    assert wait_for(lambda: pid_alive(proc.pid))
+    wait_for(lambda: pid_alive(proc.pid))
     assert proc.pid not in orphans.processes_for(state_dir)
 
 
@@ -117,7 +118,7 @@ def test_profile_dir_on_command_line_is_enough(
     flag = f"--user-data-dir={state_dir.resolve()}/sessions/abc/profile"
     proc = subprocess.Popen([PY, "-c", SLEEPER, flag], start_new_session=True)
     popens.append(proc)
-    assert wait_for(lambda: proc.pid in orphans.processes_for(state_dir))
+    wait_for(lambda: proc.pid in orphans.processes_for(state_dir))
     assert proc.pid in orphans.processes_for(state_dir, "abc")
     assert proc.pid not in orphans.processes_for(state_dir, "abd")
     assert orphans.end_orphans(state_dir) == [proc.pid]

@@ -6,8 +6,9 @@ import time
 from pathlib import Path
 
 import anyio
-from workers_testlib import FAKE_GROUP_CHILD, PY, async_wait_for, pid_alive, read_pids
+from workers_testlib import FAKE_GROUP_CHILD, PY, pid_alive, read_pids
 
+from tests.support import async_wait_for
 from workers.process import STDERR_TAIL_BYTES, ChildProcess, group_members
 
 

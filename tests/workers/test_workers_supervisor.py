@@ -11,8 +11,9 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-from workers_testlib import FAKE_GROUP_CHILD, PY, async_wait_for, pid_alive, read_pids
+from workers_testlib import FAKE_GROUP_CHILD, PY, pid_alive, read_pids
 
+from tests.support import async_wait_for
 from workers import orphans
 from workers._exceptions import ReadyTimeout, SpawnError, SupervisorNotRunning
 from workers.ports import PortAllocator, derive_port, port_is_bindable

@@ -1,0 +1,61 @@
+"""What the tests share: waiting, the SSE reader, a raw client, routers in a thread or as a
+process, the page server. Fixtures built on these live in tests/conftest.py."""
+
+from tests.support.client import (
+    ACCEPT_BOTH,
+    REF_KEY,
+    RawClient,
+    find_ref,
+    initialize_body,
+    ref_of,
+    text_of,
+    whoami,
+)
+from tests.support.pages import PAGES, serve_pages
+from tests.support.routers import (
+    FAKE_WORKER,
+    FAKE_WORKER_COMMAND,
+    ROOT,
+    TINY_WORKER_COMMAND,
+    RouterThread,
+    free_port,
+    playwright_router,
+    router_settings,
+)
+from tests.support.saved import saved_state, wait_saved
+from tests.support.serve import ServeProcess, run_cli, serve_process
+from tests.support.sse import iter_sse, messages_of, sse_events, sse_messages
+from tests.support.wait import WAIT_TIMEOUT, async_wait_for, wait_for
+
+__all__ = [
+    "ACCEPT_BOTH",
+    "FAKE_WORKER",
+    "FAKE_WORKER_COMMAND",
+    "PAGES",
+    "REF_KEY",
+    "ROOT",
+    "TINY_WORKER_COMMAND",
+    "WAIT_TIMEOUT",
+    "RawClient",
+    "RouterThread",
+    "ServeProcess",
+    "async_wait_for",
+    "find_ref",
+    "free_port",
+    "initialize_body",
+    "iter_sse",
+    "messages_of",
+    "playwright_router",
+    "ref_of",
+    "router_settings",
+    "run_cli",
+    "saved_state",
+    "serve_pages",
+    "serve_process",
+    "sse_events",
+    "sse_messages",
+    "text_of",
+    "wait_for",
+    "wait_saved",
+    "whoami",
+]

@@ -1,0 +1,87 @@
+"""The one page server: the pages the end-to-end tests serve on 127.0.0.1 for the real browser."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+PAGES: dict[str, str | bytes] = {
+    "/": """<!doctype html><html><head><title>Home</title></head><body>
+<h1>Router test page</h1>
+<button id="b" onclick="console.error('clicked-error'); this.textContent='Clicked'">Click me</button>
+<a href="/second">Second page</a>
+</body></html>""",
+    "/second": """<!doctype html><html><head><title>Second</title></head><body>
+<p>This is the second page</p></body></html>""",
+    "/set": """<!doctype html><html><head><title>Set</title></head><body><p id="out">setting</p>
+<script>
+const v = new URLSearchParams(location.search).get('v');
+document.cookie = 'token=' + v + '; path=/';
+localStorage.setItem('k', v);
+document.title = 'set ' + v;
+document.getElementById('out').textContent = 'set ' + v;
+</script></body></html>""",
+    "/get": """<!doctype html><html><head><title>Get</title></head><body><p id="out"></p>
+<script>
+const c = document.cookie.match(/token=([^;]*)/);
+const l = localStorage.getItem('k');
+document.getElementById('out').textContent = 'cookie=' + (c ? c[1] : 'none') + ' storage=' + (l || 'none');
+document.title = 'cookie=' + (c ? c[1] : 'none') + ' storage=' + (l || 'none');
+</script></body></html>""",
+    # The recorder's real flow: a console error on load, a console warning on click.
+    "/recorder": """<!doctype html><title>Recorder e2e</title><h1>Hello</h1>
+<button onclick="document.getElementById('o').textContent='Clicked'; console.warn('clicked warn')">
+Press</button>
+<p id="o">Not clicked</p><script>console.error('boom from page')</script>""",
+    "/workers": "<!doctype html><title>workers e2e</title><h1>hello from the test</h1>",
+    "/favicon.ico": "",
+    # A signed-in app, in one navigation (refs from a later navigation of the same tab carry a
+    # frame prefix, f1e3): ?login=V sets the session cookie (no expiry) and leaves the URL as
+    # /app, so reloading the page never sets the cookie again. The button shows the cookies.
+    "/app": """<!doctype html><html><head><title>App</title></head><body>
+<h1>Signed-in app</h1>
+<button id="go" onclick="go()">Continue</button>
+<p id="out">not yet</p>
+<script>
+const v = new URLSearchParams(location.search).get('login');
+if (v) { document.cookie = 'session=' + v + '; path=/'; history.replaceState(null, '', '/app'); }
+function go() { document.getElementById('out').textContent = 'continued with ' + document.cookie; }
+</script></body></html>""",
+}
+PAGE_SERVER_STOP_TIMEOUT = 5.0
+
+
+def _handler(pages: dict[str, str | bytes]) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = pages.get(self.path.split("?")[0])
+            if body is None:
+                self.send_error(404)
+                return
+            data = body.encode() if isinstance(body, str) else body
+            self.send_response(200)
+            self.send_header("content-type", "text/html; charset=utf-8")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    return Handler
+
+
+@contextmanager
+def serve_pages(pages: dict[str, str | bytes] | None = None) -> Iterator[str]:
+    """Serves ``pages`` (path → HTML; default: the shared test pages) on 127.0.0.1."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(dict(PAGES) if pages is None else pages))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=PAGE_SERVER_STOP_TIMEOUT)

@@ -1,0 +1,88 @@
+"""Routers for tests: the real app served by uvicorn in a thread, with the stand-in or the real worker."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from router.http.app import create_app
+from router.settings import Settings
+from tests.support.wait import wait_for
+from workers.orphans import processes_for
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKE_WORKER = ROOT / "tests" / "fakes" / "fake_worker.py"
+FAKE_WORKER_COMMAND = [sys.executable, str(FAKE_WORKER), "{port}"]
+# Stdlib only, starts in ~20 ms: for runs with many spawns (echo and tools/list only).
+TINY_WORKER_COMMAND = [sys.executable, "-S", str(ROOT / "tests" / "fakes" / "tiny_worker.py"), "{port}"]
+SHUTDOWN_TIMEOUT = 30.0
+# Real workers (node + Chromium) take longer to go than the stand-in.
+REAL_WORKERS_GONE_TIMEOUT = 20.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RouterThread:
+    """A real uvicorn serving the real app on a free loopback port, in a background thread."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.app = create_app(settings)
+        self.port = settings.port
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{self.base_url}/mcp"
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_config=None, lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> RouterThread:
+        self.thread.start()
+        wait_for(lambda: self.server.started or not self.thread.is_alive())
+        if not self.server.started:
+            raise RuntimeError("router did not start")
+        # Sessions start lazily once the handshake cache is filled: tests see one behaviour.
+        wait_for(lambda: self.manager.handshake_probed, timeout=30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.app.state.manager.request_stop()  # as the CLI's signal handler does: held streams end
+        self.server.should_exit = True
+        self.thread.join(timeout=SHUTDOWN_TIMEOUT)
+        assert not self.thread.is_alive(), "router did not shut down"
+
+    @property
+    def manager(self) -> Any:
+        return self.app.state.manager
+
+
+def router_settings(tmp: Path, **overrides: Any) -> Settings:
+    """Settings for a router on a free port with the stand-in worker and the record off."""
+    values: dict[str, Any] = {
+        "port": free_port(),
+        "state_dir": tmp,
+        "worker_command": FAKE_WORKER_COMMAND,
+        "keepalive_interval": 15.0,
+        "record": False,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+@contextmanager
+def playwright_router(state: Path, chromium: str, **overrides: Any) -> Iterator[RouterThread]:
+    """A router with real @playwright/mcp workers; on the way out, nothing of it may be left."""
+    settings = router_settings(state, worker_command=None, browser=chromium, record=True, **overrides)
+    with RouterThread(settings) as router:
+        yield router
+    wait_for(lambda: not processes_for(state), timeout=REAL_WORKERS_GONE_TIMEOUT)

@@ -1,0 +1,23 @@
+"""Waiting on what continuity saves under the state dir (sessions/<id>/state.json)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support.client import RawClient
+from tests.support.wait import wait_for
+
+SAVE_WAIT = 10.0
+
+
+def saved_state(state_dir: Path, session_id: str, needle: str) -> bool:
+    """True once the session's saved browser state holds ``needle`` (a cookie value, a URL)."""
+    try:
+        return needle in (state_dir / "sessions" / session_id / "state.json").read_text()
+    except OSError:
+        return False
+
+
+def wait_saved(state_dir: Path, client: RawClient, *needles: str) -> None:
+    sid = client.session_id or ""
+    wait_for(lambda: all(saved_state(state_dir, sid, n) for n in needles), timeout=SAVE_WAIT)
