@@ -1,4 +1,11 @@
-"""Test helpers: a router in a thread, a raw Streamable-HTTP client, and waiting on conditions."""
+"""Test helpers: a router in a thread, a raw Streamable-HTTP client, and waiting on conditions.
+
+Routers under test ask for a token like any other: ``router_settings`` puts TEST_TOKEN into the
+state dir's token file before the router starts (the router reads a token file it finds, as it
+does on every start but the first), and ``RawClient`` shows it unless told otherwise
+(``token=None`` for a client without one). ``auth_headers()`` is the same for plain httpx calls.
+Routers started as processes get it the same way: ``seed_token(state_dir)`` before the start.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +23,7 @@ import httpx
 import uvicorn
 
 from router.http.app import create_app
+from router.http.auth import token_path
 from router.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,6 +31,21 @@ FAKE_WORKER = ROOT / "tests" / "fakes" / "fake_worker.py"
 FAKE_WORKER_COMMAND = [sys.executable, str(FAKE_WORKER), "{port}"]
 ACCEPT_BOTH = "application/json, text/event-stream"
 WAIT_TIMEOUT = 20.0
+TEST_TOKEN = "test-token-" + "0123456789abcdef" * 3  # long enough for the router's weak-token check
+
+
+def seed_token(state_dir: Path, token: str = TEST_TOKEN) -> str:
+    """Give a state dir the tests' token (unless it has one already); returns the token in force."""
+    path = token_path(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        path.write_text(token + "\n")
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def auth_headers(token: str | None = TEST_TOKEN) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"} if token else {}
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = WAIT_TIMEOUT, interval: float = 0.02) -> Any:
@@ -71,6 +94,10 @@ class RouterThread:
     def manager(self) -> Any:
         return self.app.state.manager
 
+    @property
+    def token(self) -> str:
+        return token_path(Path(self.settings.state_dir)).read_text().strip()
+
 
 def router_settings(tmp: Path, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
@@ -81,6 +108,7 @@ def router_settings(tmp: Path, **overrides: Any) -> Settings:
         "record": False,
     }
     values.update(overrides)
+    seed_token(Path(values["state_dir"]))
     return Settings(**values)
 
 
@@ -115,15 +143,17 @@ def initialize_body(id: int = 1, version: str = "2025-06-18", name: str = "test-
 class RawClient:
     """Speaks Streamable HTTP by hand, so tests see every status code and header."""
 
-    def __init__(self, url: str, *, host: str | None = None) -> None:
+    def __init__(self, url: str, *, host: str | None = None, token: str | None = TEST_TOKEN) -> None:
         self.url = url
-        self.http = httpx.Client(timeout=30, trust_env=False)
+        # The token on every request, those tests send through .http with headers of their own too.
+        self.http = httpx.Client(timeout=30, trust_env=False, headers=auth_headers(token))
         self.session_id: str | None = None
         self._next_id = 100
         self.host = host
+        self.token = token
 
     def headers(self, **extra: str) -> dict[str, str]:
-        h = {"content-type": "application/json", "accept": ACCEPT_BOTH}
+        h = {"content-type": "application/json", "accept": ACCEPT_BOTH, **auth_headers(self.token)}
         if self.session_id:
             h["mcp-session-id"] = self.session_id
         if self.host:

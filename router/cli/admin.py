@@ -20,6 +20,8 @@ from typing import Final
 
 import httpx
 
+from router.cli.api_client import bearer
+from router.http.auth import WeakToken, read_token
 from router.operator.api import ACTION_HEADER
 from router.record import schema
 from router.sessions.table import MINTED_ID_RE
@@ -51,6 +53,14 @@ def running_router(state_dir: Path) -> str | None:
     return url if isinstance(url, str) else None
 
 
+def state_dir_token(state_dir: Path) -> str | None:
+    """The token a router of this state dir asks for (None: none yet, or unreadable)."""
+    try:
+        return read_token(state_dir)
+    except (OSError, WeakToken):
+        return None
+
+
 def end_session(state_dir: Path, session_id: str) -> tuple[bool, str]:
     """Ends a session for good, through the running router if there is one. (ok, message)"""
     url = running_router(state_dir)
@@ -58,7 +68,7 @@ def end_session(state_dir: Path, session_id: str) -> tuple[bool, str]:
         try:
             response = httpx.post(
                 f"{url}/api/sessions/{session_id}/end",
-                headers={ACTION_HEADER: "1"},
+                headers={ACTION_HEADER: "1", **bearer(state_dir_token(state_dir))},
                 timeout=ADMIN_TIMEOUT,
                 trust_env=False,
             )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -14,6 +14,14 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from router.cli import admin
+from router.http.auth import (
+    STATE_KEY,
+    AuthMiddleware,
+    TokenAuth,
+    bind_problem,
+    load_or_create_token,
+    private_state_dir,
+)
 from router.http.endpoint import McpEndpoint
 from router.http.errors import ServiceUnavailable
 from router.http.security import OriginPolicy, SecurityMiddleware
@@ -23,23 +31,55 @@ from router.operator.ui import Ui
 from router.sessions.manager import SessionManager
 from router.settings import Settings
 from router.types import MCP_ENDPOINT
-from workers.spec import WorkerSpec, default_cli_path, playwright_argv
+from workers.spec import (
+    ALLOWED_HOSTS_ENV,
+    WorkerSpec,
+    browse_env,
+    default_cli_path,
+    playwright_argv,
+    sandbox_possible,
+)
 from workers.supervisor import Supervisor
 
 DB_NAME = "router.db"
+# Every name under which a browser on this machine reaches a loopback-bound router
+# ("localhost." is localhost to Chromium; 0.0.0.0 reaches loopback on Linux).
+ROUTER_LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "[::1]", "localhost.", "0.0.0.0")
+WILDCARD_BINDS: Final = frozenset({"0.0.0.0", "::", ""})
+
+
+def router_origins(host: str, port: int) -> list[str]:
+    """The origins of this router, which the workers' browsers are told never to request."""
+    names = list(ROUTER_LOOPBACK_NAMES)
+    if host not in WILDCARD_BINDS:
+        name = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        if name.lower() not in names:
+            names.append(name.lower())
+    return [f"http://{name}:{port}" for name in names]
 
 
 def build_supervisor(settings: Settings) -> Supervisor:
+    builtin = not settings.worker_command
     argv = settings.worker_command or playwright_argv(
-        headless=settings.headless, viewport=settings.viewport, extra_args=settings.worker_args
+        headless=settings.headless,
+        viewport=settings.viewport,
+        extra_args=settings.worker_args,
+        sandbox=sandbox_possible(),
     )
     if settings.worker_command and settings.worker_args:
         argv = [*argv, *settings.worker_args]
+    env = browse_env(
+        allow=settings.browse_allow,
+        block=[*router_origins(settings.host, settings.port), *settings.browse_block],
+    )
     spec = WorkerSpec(
         argv_template=tuple(argv),
-        env={},
+        env=env,
         ready_timeout=settings.ready_timeout,
         stop_grace=settings.stop_grace,
+        # The built-in worker answers only its secret host name; a custom command may be any
+        # MCP server, which would refuse a Host it does not know.
+        allowed_hosts_env=ALLOWED_HOSTS_ENV if builtin else None,
     )
     return Supervisor(
         spec=spec,
@@ -61,8 +101,11 @@ def continuity_options(settings: Settings) -> dict[str, Any]:
 
 
 def create_app(settings: Settings) -> Starlette:
-    state_dir = Path(settings.state_dir)
-    state_dir.mkdir(parents=True, exist_ok=True)
+    problem = bind_problem(settings.host, settings.auth)
+    if problem is not None:
+        raise ValueError(problem)
+    state_dir = private_state_dir(Path(settings.state_dir))
+    auth = TokenAuth(load_or_create_token(state_dir), port=settings.port) if settings.auth == "token" else None
     supervisor = build_supervisor(settings)
     recorder = None
     if settings.record:
@@ -97,6 +140,8 @@ def create_app(settings: Settings) -> Starlette:
             yield
 
     async def healthz(request: Request) -> JSONResponse:
+        if not request.scope.get("state", {}).get(STATE_KEY):
+            return JSONResponse({"status": "ok"})  # open to all: liveness, nothing more
         return JSONResponse(
             {
                 "status": "ok",
@@ -113,18 +158,21 @@ def create_app(settings: Settings) -> Starlette:
             Route("/metrics", metrics.endpoint, methods=["GET"]),
             *Api(manager).routes(),
             *Ui().routes(),
+            *(auth.routes() if auth is not None else []),
         ],
         middleware=[
             Middleware(
                 SecurityMiddleware,
                 policy=OriginPolicy(settings.allowed_hosts, settings.allowed_origins),
-            )
+            ),
+            Middleware(AuthMiddleware, auth=auth),
         ],
         lifespan=lifespan,
     )
     app.state.manager = manager
     app.state.metrics = metrics
     app.state.settings = settings
+    app.state.auth = auth
     return app
 
 

@@ -16,7 +16,7 @@ import httpx
 
 from router.sessions.continuity import RESUMED_NOTICE
 from tests.continuity.conftest import wait_saved
-from tests.support import ROOT, RawClient, free_port, wait_for
+from tests.support import ROOT, RawClient, auth_headers, free_port, seed_token, wait_for
 from workers.orphans import processes_for
 
 START_TIMEOUT = 20.0
@@ -26,6 +26,7 @@ START_TIMEOUT = 20.0
 def router_process(state: Path, port: int, browser: str) -> Iterator[subprocess.Popen[bytes]]:
     argv = [sys.executable, "-m", "router.cli", "serve", "--state-dir", str(state), "--port", str(port),
             "--browser", browser, "--log-level", "warning"]  # fmt: skip
+    seed_token(state)
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         wait_for(lambda: _healthy(port) or proc.poll() is not None, timeout=START_TIMEOUT)
@@ -86,7 +87,7 @@ def test_sigterm_saves_ends_workers_and_the_session_resumes_after_restart(
         with router_process(state_dir, port, chromium) as proc:
             client.initialize()
             client.text("browser_navigate", url=f"{pages}/set?v=st")
-            held = httpx.Client(timeout=30)
+            held = httpx.Client(timeout=30, headers=auth_headers())
             # A GET stream open at shutdown must not hold the shutdown up.
             stream = held.stream("GET", url, headers={"accept": "text/event-stream",
                                                       "mcp-session-id": client.session_id or ""})  # fmt: skip

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from router.operator.logs import JsonFormatter
-from tests.support import FAKE_WORKER, RawClient, free_port, wait_for
+from tests.support import FAKE_WORKER, RawClient, free_port, seed_token, wait_for
 
 
 def _up(port: int) -> bool:
@@ -29,6 +29,7 @@ def test_json_log_lines_tell_the_story_of_a_session(state_dir: Path) -> None:
         sys.executable, "-m", "router.cli", "serve", "--port", str(port), "--state-dir", str(state_dir),
         "--worker-command", f"{sys.executable} {FAKE_WORKER} {{port}}", "--log-format", "json",
     ]
+    seed_token(state_dir)
     server = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     try:
         wait_for(lambda: _up(port) or server.poll() is not None)

@@ -8,11 +8,11 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from router.operator.metrics import MAX_TOOL_LABELS, OTHER, Metrics
-from tests.support import RawClient, RouterThread, router_settings, wait_for
+from tests.support import RawClient, RouterThread, auth_headers, router_settings, wait_for
 
 
 def scrape(router: RouterThread) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    answer = httpx.get(f"http://127.0.0.1:{router.port}/metrics", timeout=10, trust_env=False)
+    answer = httpx.get(f"http://127.0.0.1:{router.port}/metrics", headers=auth_headers(), timeout=10, trust_env=False)
     assert answer.status_code == 200
     assert answer.headers["content-type"].startswith("text/plain")
     return {

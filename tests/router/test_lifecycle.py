@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from tests.support import RawClient, RouterThread, initialize_body, iter_sse, router_settings, wait_for
+from tests.support import RawClient, RouterThread, auth_headers, initialize_body, iter_sse, router_settings, wait_for
 from workers.orphans import processes_for
 
 
@@ -23,7 +23,7 @@ def test_idle_session_is_reaped_even_with_an_open_get_stream(tmp_path: Path, sta
         stream_ended = threading.Event()
 
         def hold_get_stream() -> None:
-            headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or ""}
+            headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or "", **auth_headers()}
             with httpx.Client(timeout=30) as http, http.stream("GET", c.url, headers=headers) as r:
                 for _ in r.iter_bytes():
                     pass
@@ -132,7 +132,7 @@ def test_get_stream_ends_when_session_deleted(fake_router: RouterThread) -> None
         ended = threading.Event()
 
         def hold() -> None:
-            headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or ""}
+            headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or "", **auth_headers()}
             with httpx.Client(timeout=30) as http, http.stream("GET", c.url, headers=headers) as r:
                 for _ in iter_sse(r):
                     pass

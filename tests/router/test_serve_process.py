@@ -13,12 +13,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import FAKE_WORKER_COMMAND, ROOT, RawClient, free_port, wait_for
+from tests.support import FAKE_WORKER_COMMAND, ROOT, RawClient, free_port, seed_token, wait_for
 from workers.orphans import processes_for
 
 
 def start_router(state: Path, port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "MCP_ROUTER_WORKER_COMMAND": json.dumps(FAKE_WORKER_COMMAND)}
+    seed_token(state)
     log = state / f"router-{port}.log"
     with log.open("wb") as sink:
         proc = subprocess.Popen(

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from tests.support import RawClient, RouterThread, iter_sse, router_settings, wait_for
+from tests.support import RawClient, RouterThread, auth_headers, iter_sse, router_settings, wait_for
 
 
 def test_progress_and_answer_stream_through(fake_router: RouterThread) -> None:
@@ -44,7 +44,7 @@ def test_server_to_client_request_crosses_and_answer_returns(fake_router: Router
         opened = threading.Event()
 
         def answer_roots() -> None:
-            headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or ""}
+            headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or "", **auth_headers()}
             with httpx.Client(timeout=30) as http, http.stream("GET", c.url, headers=headers) as r:
                 opened.set()
                 for message in iter_sse(r):
@@ -73,7 +73,7 @@ def test_get_stream_sends_keepalives_and_closes_upstream_when_client_goes(tmp_pa
     settings = router_settings(tmp_path, keepalive_interval=0.2)
     with RouterThread(settings) as router, RawClient(router.url) as c:
         c.initialize()
-        headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or ""}
+        headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or "", **auth_headers()}
         comments = 0
         with c.http.stream("GET", c.url, headers=headers) as r:
             assert r.status_code == 200
@@ -100,7 +100,7 @@ def test_get_stream_carries_server_notifications(fake_router: RouterThread) -> N
     """A notification not tied to a request (here: a log from a concurrent call) may use GET."""
     with RawClient(fake_router.url) as c:
         c.initialize()
-        headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or ""}
+        headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or "", **auth_headers()}
         opened = threading.Event()
         with c.http.stream("GET", c.url, headers=headers) as r:
             assert r.status_code == 200
