@@ -71,7 +71,7 @@ def read_token(state_dir: Path) -> str | None:
     """The token, or None when there is none yet. Raises WeakToken for a file too short to trust."""
     try:
         token = token_path(state_dir).read_text().strip()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     if len(token) < MIN_TOKEN_CHARS:
         raise WeakToken(f"{token_path(state_dir)} holds a token shorter than {MIN_TOKEN_CHARS} characters")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -13,13 +14,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import FAKE_WORKER_COMMAND, ROOT, RawClient, free_port, seed_token, wait_for
+from tests.support import FAKE_WORKER_COMMAND, ROOT, RawClient, free_port, initialize_body, seed_token, wait_for
 from workers.orphans import processes_for
 
 
-def start_router(state: Path, port: int) -> subprocess.Popen[bytes]:
+def start_router(state: Path, port: int, *, seed: bool = True) -> subprocess.Popen[bytes]:
     env = {**os.environ, "MCP_ROUTER_WORKER_COMMAND": json.dumps(FAKE_WORKER_COMMAND)}
-    seed_token(state)
+    if seed:
+        seed_token(state)
     log = state / f"router-{port}.log"
     with log.open("wb") as sink:
         proc = subprocess.Popen(
@@ -100,3 +102,32 @@ def test_sessions_command_shows_live_state_of_a_running_router(state_dir: Path) 
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+def modes(state: Path) -> dict[str, int]:
+    return {str(p.relative_to(state)): stat.S_IMODE(p.lstat().st_mode) for p in [state, *state.rglob("*")]}
+
+
+def test_serve_makes_its_token_and_keeps_the_state_dir_private(state_dir: Path) -> None:
+    state = state_dir / "state"
+    state.mkdir(mode=0o755)
+    state.chmod(0o755)  # as an older router left it
+    port = free_port()
+    proc = start_router(state, port, seed=False)
+    try:
+        token = (state / "token").read_text().strip()
+        assert len(token) >= 43
+        with RawClient(f"http://127.0.0.1:{port}/mcp", token=None) as anonymous:
+            assert anonymous.post(initialize_body()).status_code == 401
+        with RawClient(f"http://127.0.0.1:{port}/mcp", token=token) as c:
+            c.initialize()
+            assert c.text("echo", text="private") == "private"
+            found = modes(state)
+            c.delete()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+    assert found["."] == 0o700
+    assert found["token"] == 0o600 and found["router.db"] == 0o600
+    loose = {path: mode for path, mode in found.items() if mode & 0o077 and not path.endswith(".log")}
+    assert not loose, loose  # every file and directory the router made is its owner's alone
