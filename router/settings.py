@@ -69,6 +69,12 @@ class Settings(BaseSettings):
     stop_grace: float = 2.0
     allowed_origins: list[str] = Field(default_factory=list)
     allowed_hosts: list[str] = Field(default_factory=list)
+    # "token": every route but /healthz asks for <state_dir>/token; "none" only on a loopback bind.
+    auth: Literal["token", "none"] = "token"
+    # The workers' browsers' own origin lists (Playwright MCP's allowed/blocked origins): a
+    # convenience against wandering off, not a security boundary (redirects are not checked).
+    browse_allow: list[str] = Field(default_factory=list)
+    browse_block: list[str] = Field(default_factory=list)
     keepalive_interval: float = 15.0
     record: bool = True
     responses: Literal["full", "compact"] = "full"

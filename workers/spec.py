@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Mapping, Sequence
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
-__all__ = ["TEMPLATE_TOKENS", "WorkerSpec", "default_cli_path", "playwright_argv"]
+__all__ = [
+    "ALLOWED_HOSTS_ENV",
+    "ALLOWED_ORIGINS_ENV",
+    "BLOCKED_ORIGINS_ENV",
+    "TEMPLATE_TOKENS",
+    "WorkerSpec",
+    "browse_env",
+    "default_cli_path",
+    "new_host_name",
+    "playwright_argv",
+    "sandbox_possible",
+]
+
+# @playwright/mcp 0.0.83 reads these as well as its flags. The environment, unlike argv, is
+# readable by the worker's own user only: the place for the worker's secret host name.
+ALLOWED_HOSTS_ENV: Final = "PLAYWRIGHT_MCP_ALLOWED_HOSTS"  # comma-separated
+ALLOWED_ORIGINS_ENV: Final = "PLAYWRIGHT_MCP_ALLOWED_ORIGINS"  # semicolon-separated
+BLOCKED_ORIGINS_ENV: Final = "PLAYWRIGHT_MCP_BLOCKED_ORIGINS"  # semicolon-separated, checked first
+ORIGIN_SEPARATOR: Final = ";"
+HOST_NAME_BYTES: Final = 16
 
 TEMPLATE_TOKENS = ("port", "output_dir", "profile_dir", "browser", "cli")
 # Only our own tokens are substituted, so templates for other servers may carry literal braces
@@ -20,14 +42,41 @@ def default_cli_path() -> Path:
     return Path(__file__).resolve().parent / "node_modules" / "@playwright" / "mcp" / "cli.js"
 
 
+def sandbox_possible() -> bool:
+    """Chromium refuses its sandbox to root; everyone else gets it."""
+    return os.geteuid() != 0
+
+
+def new_host_name() -> str:
+    """A worker's secret host name: the only ``Host`` it answers (a DNS label, so it is valid)."""
+    return "w-" + secrets.token_hex(HOST_NAME_BYTES)
+
+
+def browse_env(*, allow: Iterable[str] = (), block: Iterable[str] = ()) -> dict[str, str]:
+    """Playwright MCP's own origin lists for the browser (not a security boundary)."""
+    env = {}
+    allowed, blocked = [o.strip() for o in allow if o.strip()], [o.strip() for o in block if o.strip()]
+    if allowed:
+        env[ALLOWED_ORIGINS_ENV] = ORIGIN_SEPARATOR.join(allowed)
+    if blocked:
+        env[BLOCKED_ORIGINS_ENV] = ORIGIN_SEPARATOR.join(blocked)
+    return env
+
+
 def playwright_argv(
-    *, headless: bool = True, viewport: str | None = None, extra_args: Sequence[str] = ()
+    *,
+    headless: bool = True,
+    viewport: str | None = None,
+    extra_args: Sequence[str] = (),
+    sandbox: bool = False,
 ) -> tuple[str, ...]:
     """The default template for @playwright/mcp 0.0.83.
 
-    ``--browser chromium`` also turns Chromium's sandbox off, which it needs when run as root;
-    ``--shared-browser-context`` with a ``--user-data-dir`` (and no ``--isolated``) lets a second,
-    router-owned MCP session share the client's browser context (warm-up, state saving).
+    ``--browser chromium`` turns Chromium's sandbox off unless ``--sandbox`` turns it back on;
+    it cannot run as root (``sandbox_possible()``). ``--shared-browser-context`` with a
+    ``--user-data-dir`` (and no ``--isolated``) lets a second, router-owned MCP session share the
+    client's browser context (warm-up, state saving). ``extra_args`` come last, so
+    ``--no-sandbox`` there wins.
     """
     argv: list[str] = ["node", "{cli}", "--port", "{port}", "--host", "127.0.0.1"]
     if headless:
@@ -41,6 +90,8 @@ def playwright_argv(
         "--caps", "storage",
         "--file-paths", "absolute",
     ]  # fmt: skip
+    if sandbox:
+        argv.append("--sandbox")
     if viewport:
         argv += ["--viewport-size", viewport]
     argv += list(extra_args)
@@ -53,6 +104,10 @@ class WorkerSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     ready_timeout: float = 15.0
     stop_grace: float = 2.0
+    # The variable through which each worker learns the one Host it may answer (a fresh secret
+    # per worker, Worker.host_header). None: a worker that checks nothing of ours (any MCP
+    # server) gets "Host: localhost:<port>", which local servers accept.
+    allowed_hosts_env: str | None = None
 
     def render(self, *, port: int, output_dir: Path, profile_dir: Path, browser: str, cli: str) -> list[str]:
         values = {

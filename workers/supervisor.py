@@ -18,7 +18,8 @@ from . import orphans
 from ._exceptions import ReadyTimeout, SpawnError, SupervisorNotRunning
 from .ports import LOOPBACK, PortAllocator, accepts
 from .process import ChildProcess, group_listens_on
-from .spec import WorkerSpec
+from .scratch import Scratch
+from .spec import WorkerSpec, new_host_name
 
 __all__ = ["ExitListener", "Supervisor", "Worker"]
 
@@ -35,7 +36,16 @@ class Worker:
     """A live child, read-only for the router."""
 
     def __init__(
-        self, session_id: str, port: int, child: ChildProcess, output_dir: Path, profile_dir: Path
+        self,
+        session_id: str,
+        port: int,
+        child: ChildProcess,
+        output_dir: Path,
+        profile_dir: Path,
+        *,
+        host_header: str | None = None,
+        cache_dir: Path | None = None,
+        temp_dir: Path | None = None,
     ) -> None:
         self.session_id = session_id
         self.port = port
@@ -43,8 +53,12 @@ class Worker:
         self.pgid = child.pgid
         self.output_dir = output_dir
         self.profile_dir = profile_dir
+        self.cache_dir = cache_dir
+        self.temp_dir = temp_dir
         self.url = f"http://{LOOPBACK}:{port}/mcp"
-        self.host_header = f"localhost:{port}"  # @playwright/mcp answers 403 to Host: 127.0.0.1:<port>
+        # The Host to send: the worker's secret name when it has one (it answers 403 to any
+        # other), else the name local servers accept (@playwright/mcp refuses 127.0.0.1:<port>).
+        self.host_header = host_header or f"localhost:{port}"
         self.stopping = False  # True once the supervisor asked it to end (stop / shutdown)
         self._child = child
         self._finished = anyio.Event()  # exit handled: port released, listeners called
@@ -92,6 +106,7 @@ class Supervisor:
         self._locks: dict[str, anyio.Lock] = {}
         self._listeners: list[ExitListener] = []
         self._tg: anyio.abc.TaskGroup | None = None
+        self._scratch = Scratch(self.state_dir)
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -101,10 +116,20 @@ class Supervisor:
         ended = await anyio.to_thread.run_sync(orphans.end_orphans, self.state_dir)
         if ended:
             log.warning("ended %d orphan worker process(es) of %s", len(ended), self.state_dir)
+        await anyio.to_thread.run_sync(self._scratch.open)
+        try:
+            async with self._run_workers():
+                yield self
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._scratch.close)
+
+    @asynccontextmanager
+    async def _run_workers(self) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             try:
-                yield self
+                yield
             finally:
                 self._tg = None
                 with anyio.CancelScope(shield=True), anyio.move_on_after(SHUTDOWN_BUDGET):
@@ -182,35 +207,56 @@ class Supervisor:
                     raise
         raise AssertionError("unreachable")
 
+    def worker_env(self, session_id: str, *, host_name: str | None, cache_dir: Path, temp_dir: Path) -> dict[str, str]:
+        """The environment of the session's next worker: ours, the spec's, then what is the
+        worker's own (its secret host name, its cache and temp dirs) and the orphan marker."""
+        own = {"XDG_CACHE_HOME": str(cache_dir), "TMPDIR": str(temp_dir)}
+        if host_name is not None and self.spec.allowed_hosts_env:
+            own[self.spec.allowed_hosts_env] = host_name
+        return {**os.environ, **self.spec.env, **own, **orphans.marker_env(self.state_dir, session_id)}
+
     async def _start(self, session_id: str, port: int) -> Worker:
         output_dir, profile_dir = self.output_dir(session_id), self.profile_dir(session_id)
         output_dir.mkdir(parents=True, exist_ok=True)
         profile_dir.mkdir(parents=True, exist_ok=True)
+        cache_dir = self._scratch.cache_dir(self.session_dir(session_id))
+        temp_dir = self._scratch.temp_dir(session_id)
+        host_name = new_host_name() if self.spec.allowed_hosts_env else None
         argv = self.spec.render(
             port=port, output_dir=output_dir, profile_dir=profile_dir, browser=self.browser, cli=self.cli
         )
-        env = {**os.environ, **self.spec.env, **orphans.marker_env(self.state_dir, session_id)}
+        env = self.worker_env(session_id, host_name=host_name, cache_dir=cache_dir, temp_dir=temp_dir)
         try:
             child = await ChildProcess.start(argv, env=env, cwd=output_dir)
         except OSError as exc:
+            self._scratch.remove(session_id)
             raise SpawnError(f"cannot start {argv[0]!r}: {exc}", session_id=session_id) from exc
         tg = self._tg
         if tg is None:  # run() ended while we were starting
-            await self._discard(child)
+            await self._discard(child, session_id)
             raise SupervisorNotRunning("supervisor stopped during spawn")
         tg.start_soon(child.pump_stderr)
         orphans.write_pid_file(self.state_dir, session_id, pid=child.pid, pgid=child.pgid, port=port)
         try:
             await self._wait_ready(session_id, child, port)
         except BaseException:
-            await self._discard(child)
+            await self._discard(child, session_id)
             orphans.remove_pid_file(self.state_dir, session_id)
             raise
         if self._tg is not tg:  # run() ended while we waited: nothing would watch this child
-            await self._discard(child)
+            await self._discard(child, session_id)
             orphans.remove_pid_file(self.state_dir, session_id)
             raise SupervisorNotRunning("supervisor stopped during spawn")
-        worker = Worker(session_id, port, child, output_dir, profile_dir)
+        worker = Worker(
+            session_id,
+            port,
+            child,
+            output_dir,
+            profile_dir,
+            host_header=host_name,
+            cache_dir=cache_dir,
+            temp_dir=temp_dir,
+        )
         self._workers[session_id] = worker
         tg.start_soon(self._watch, worker)
         return worker
@@ -235,12 +281,13 @@ class Supervisor:
             stderr_tail=child.stderr_tail(),
         )
 
-    async def _discard(self, child: ChildProcess) -> None:
+    async def _discard(self, child: ChildProcess, session_id: str) -> None:
         """Kill a child that never became a Worker, and everything below it."""
         with anyio.CancelScope(shield=True):
             await child.terminate(0)
             await child.drain_stderr()
             await child.aclose()
+            await anyio.to_thread.run_sync(self._scratch.remove, session_id)
 
     async def stop(self, session_id: str) -> None:
         """End the session's worker (group SIGTERM → grace → SIGKILL); idempotent.
@@ -285,6 +332,8 @@ class Supervisor:
                 # node is gone; Chromium normally follows within ~0.1 s. Whatever did not, goes.
                 await anyio.to_thread.run_sync(self._sweep, worker.session_id)
                 await child.aclose()
+                # Its sockets and temp files, even after a SIGKILL that left them all behind.
+                await anyio.to_thread.run_sync(self._scratch.remove, worker.session_id)
             finally:
                 if self._workers.get(worker.session_id) is worker:
                     del self._workers[worker.session_id]

@@ -20,7 +20,8 @@ from typing import Final
 
 import httpx
 
-from router.cli.api_client import base_url
+from router.cli.api_client import base_url, bearer
+from router.http.auth import WeakToken, read_token
 from router.layout import StateLayout
 from router.record import schema
 from router.types import ACTION_HEADER
@@ -49,6 +50,14 @@ def running_router(state_dir: Path) -> str | None:
     return url if isinstance(url, str) else None
 
 
+def state_dir_token(state_dir: Path) -> str | None:
+    """The token a router of this state dir asks for (None: none yet, or unreadable)."""
+    try:
+        return read_token(state_dir)
+    except (OSError, WeakToken):
+        return None
+
+
 def end_session(state_dir: Path, session_id: str) -> tuple[bool, str]:
     """Ends a session for good, through the running router if there is one. (ok, message)"""
     url = running_router(state_dir)
@@ -56,7 +65,7 @@ def end_session(state_dir: Path, session_id: str) -> tuple[bool, str]:
         try:
             response = httpx.post(
                 f"{url}/api/sessions/{session_id}/end",
-                headers={ACTION_HEADER: "1"},
+                headers={ACTION_HEADER: "1", **bearer(state_dir_token(state_dir))},
                 timeout=ADMIN_TIMEOUT,
                 trust_env=False,
             )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
@@ -16,11 +18,18 @@ log = logging.getLogger("mcp_router.serve")
 
 EXIT_FAILED: Final = 1  # a core part died, or start-up failed: systemd's Restart=on-failure restarts
 EXIT_STATE_LOCKED: Final = 75  # EX_TEMPFAIL: another router holds the state directory
+PRIVATE_UMASK: Final = 0o077  # state dir 0700, files 0600: records, cookies and profiles are private
+EXIT_REFUSED: Final = 2
 
 
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="run the router (flags override MCP_ROUTER_* variables)")
     p.set_defaults(func=_run_serve)
+    add_serve_arguments(p)
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of `serve`; `token` takes them too, so it finds the same state dir and port."""
     p.add_argument("--host")
     p.add_argument("--port", type=int)
     p.add_argument("--state-dir")
@@ -41,17 +50,25 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--deny-tool", dest="deny_tools", action="append", help="hide and refuse a worker tool (repeat)")
     p.add_argument("--allowed-origin", dest="allowed_origins", action="append")
     p.add_argument("--allowed-host", dest="allowed_hosts", action="append")
+    p.add_argument("--auth", choices=["token", "none"], help="token (default), or none on a loopback bind only")
+    p.add_argument("--browse-allow", dest="browse_allow", action="append", metavar="ORIGIN",
+                   help="origins the browsers may request (repeat; a convenience, not a security boundary)")
+    p.add_argument("--browse-block", dest="browse_block", action="append", metavar="ORIGIN",
+                   help="origins the browsers may not request (repeat; checked before --browse-allow)")
     p.add_argument("--responses", choices=["full", "compact"])
     p.add_argument("--no-record", dest="record", action="store_const", const=False, default=None)
     p.add_argument("--log-level")
     p.add_argument("--log-format", choices=["text", "json"])
 
 
+LOCAL_OPTIONS: Final = ("command", "func", "connect")  # parsed flags that are not settings
+
+
 def settings_from_args(args: argparse.Namespace) -> Settings:
     overrides = {
         key: value
         for key, value in vars(args).items()
-        if key not in ("command", "func") and value is not None
+        if key not in LOCAL_OPTIONS and value is not None
     }
     if isinstance(overrides.get("worker_command"), str):
         import shlex
@@ -61,8 +78,14 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def serve(settings: Settings) -> int:
+    from router.http.auth import bind_problem
     from router.state_lock import StateDirLocked, StateLock
 
+    problem = bind_problem(settings.host, settings.auth)
+    if problem is not None:
+        print(f"mcp-router: refusing to start: {problem}", file=sys.stderr)
+        return EXIT_REFUSED
+    os.umask(PRIVATE_UMASK)
     configure_logging(settings.log_level, settings.log_format)
     # Before anything touches the state directory: the orphan sweep at start-up would end the
     # workers of a router already serving it.
@@ -90,6 +113,7 @@ def _serve_locked(settings: Settings) -> int:
         host=settings.host,
         port=settings.port,
         log_config=None,
+        # No access log: a URL may carry ?token= (the auth middleware also strips it first).
         access_log=False,
         timeout_graceful_shutdown=5,
         lifespan="on",
@@ -144,7 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _command_modules() -> list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]]:
     from router.cli import records as cli_records
+    from router.cli import token as cli_token
     from router.operator import doctor
 
-    return [cli_records.register, doctor.register]
+    return [cli_records.register, cli_token.register, doctor.register]
 

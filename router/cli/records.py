@@ -86,7 +86,7 @@ def _live_sessions(state_dir: Path) -> list[dict[str, Any]] | None:
     from router.cli.api_client import fetch_live_sessions_at
 
     url = admin.running_router(state_dir)
-    return fetch_live_sessions_at(url) if url is not None else None
+    return fetch_live_sessions_at(url, token=admin.state_dir_token(state_dir)) if url is not None else None
 
 
 def _show(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -15,6 +15,14 @@ from starlette.routing import Route
 
 from router.cli import admin
 from router.health import Health
+from router.http.auth import (
+    STATE_KEY,
+    AuthMiddleware,
+    TokenAuth,
+    bind_problem,
+    load_or_create_token,
+    private_state_dir,
+)
 from router.http.endpoint import McpEndpoint
 from router.http.errors import ServiceUnavailable
 from router.http.exchange import ExchangeHooks
@@ -28,21 +36,54 @@ from router.sessions.handshake import HandshakeCache, worker_fingerprint
 from router.sessions.manager import SessionManager
 from router.settings import Settings
 from router.types import MCP_ENDPOINT
-from workers.spec import WorkerSpec, default_cli_path, playwright_argv
+from workers.spec import (
+    ALLOWED_HOSTS_ENV,
+    WorkerSpec,
+    browse_env,
+    default_cli_path,
+    playwright_argv,
+    sandbox_possible,
+)
 from workers.supervisor import Supervisor
+
+# Every name under which a browser on this machine reaches a loopback-bound router
+# ("localhost." is localhost to Chromium; 0.0.0.0 reaches loopback on Linux).
+ROUTER_LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "[::1]", "localhost.", "0.0.0.0")
+WILDCARD_BINDS: Final = frozenset({"0.0.0.0", "::", ""})
+
+
+def router_origins(host: str, port: int) -> list[str]:
+    """The origins of this router, which the workers' browsers are told never to request."""
+    names = list(ROUTER_LOOPBACK_NAMES)
+    if host not in WILDCARD_BINDS:
+        name = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        if name.lower() not in names:
+            names.append(name.lower())
+    return [f"http://{name}:{port}" for name in names]
 
 
 def build_supervisor(settings: Settings) -> Supervisor:
+    builtin = not settings.worker_command
     argv = settings.worker_command or playwright_argv(
-        headless=settings.headless, viewport=settings.viewport, extra_args=settings.worker_args
+        headless=settings.headless,
+        viewport=settings.viewport,
+        extra_args=settings.worker_args,
+        sandbox=sandbox_possible(),
     )
     if settings.worker_command and settings.worker_args:
         argv = [*argv, *settings.worker_args]
+    env = browse_env(
+        allow=settings.browse_allow,
+        block=[*router_origins(settings.host, settings.port), *settings.browse_block],
+    )
     spec = WorkerSpec(
         argv_template=tuple(argv),
-        env={},
+        env=env,
         ready_timeout=settings.ready_timeout,
         stop_grace=settings.stop_grace,
+        # The built-in worker answers only its secret host name; a custom command may be any
+        # MCP server, which would refuse a Host it does not know.
+        allowed_hosts_env=ALLOWED_HOSTS_ENV if builtin else None,
     )
     return Supervisor(
         spec=spec,
@@ -76,8 +117,11 @@ def continuity_options(settings: Settings) -> dict[str, Any]:
 
 
 def create_app(settings: Settings) -> Starlette:
-    layout = StateLayout(Path(settings.state_dir))
-    layout.root.mkdir(parents=True, exist_ok=True)
+    problem = bind_problem(settings.host, settings.auth)
+    if problem is not None:
+        raise ValueError(problem)
+    layout = StateLayout(private_state_dir(Path(settings.state_dir)))
+    auth = TokenAuth(load_or_create_token(layout.root), port=settings.port) if settings.auth == "token" else None
     supervisor = build_supervisor(settings)
     health = Health()
     recorder = None
@@ -139,6 +183,10 @@ def create_app(settings: Settings) -> Starlette:
 
     async def healthz(request: Request) -> JSONResponse:
         failures = health.failures
+        status = 503 if failures else 200
+        if not request.scope.get("state", {}).get(STATE_KEY):
+            # Open to all: liveness (and failure, for systemd and balancers), nothing more.
+            return JSONResponse({"status": "failing" if failures else "ok"}, status_code=status)
         body: dict[str, Any] = {
             "status": "failing" if failures else "ok",
             "sessions": len(manager.sessions.live()),
@@ -165,12 +213,14 @@ def create_app(settings: Settings) -> Starlette:
             Route("/metrics", metrics.endpoint, methods=["GET"]),
             *Api(manager, lambda: recorder.records if recorder is not None else None, layout).routes(),
             *Ui().routes(),
+            *(auth.routes() if auth is not None else []),
         ],
         middleware=[
             Middleware(
                 SecurityMiddleware,
                 policy=OriginPolicy(settings.allowed_hosts, settings.allowed_origins),
-            )
+            ),
+            Middleware(AuthMiddleware, auth=auth),
         ],
         lifespan=lifespan,
     )
@@ -178,6 +228,7 @@ def create_app(settings: Settings) -> Starlette:
     app.state.health = health
     app.state.metrics = metrics
     app.state.settings = settings
+    app.state.auth = auth
     return app
 
 

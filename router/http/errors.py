@@ -4,6 +4,7 @@
     ├── BadRequest                 400   -32600 invalid request / missing session id / batch
     │   ├── ParseError             400   -32700 body is not JSON
     │   └── UnsupportedVersion     400   -32600 MCP-Protocol-Version we do not speak
+    ├── Unauthorized               401   -32600 no token, or a wrong one (WWW-Authenticate: Bearer)
     ├── Forbidden                  403   -32600 Origin not allowed
     ├── SessionNotFound            404   -32001 unknown or ended session id
     ├── MethodNotAllowed           405   -32600
@@ -78,6 +79,16 @@ class ParseError(BadRequest):
 
 class UnsupportedVersion(BadRequest):
     pass
+
+
+class Unauthorized(RouterError):
+    status = 401
+    code = INVALID_REQUEST
+
+    def __init__(self, message: str, *, invalid: bool = False) -> None:
+        # RFC 6750: "invalid_token" only when a credential was shown and was wrong.
+        challenge = 'Bearer realm="mcp-router"' + (', error="invalid_token"' if invalid else "")
+        super().__init__(message, headers={"WWW-Authenticate": challenge})
 
 
 class Forbidden(RouterError):

@@ -1,7 +1,8 @@
 """`mcp-router doctor`: checks what the router needs on this machine, one line each, with the fix.
 
 Each check returns a ``Check``; the command prints ``✓ ...`` or ``✗ ... — fix: ...`` and exits 1
-when any failed. Warnings (``!``) do not fail: the router works, but not as well as it could.
+when any failed. Warnings and hints (``!``) do not fail: the router works, but not as well as it
+could, or not the way it could be set up (an uninstalled systemd unit is a choice, not a fault).
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from typing import Final
 import httpx
 
 from router.cli.api_client import base_url
+from router.http.auth import WeakToken, read_token, token_path
 from router.layout import StateLayout
 from router.record import schema
 from router.settings import Settings
-from workers.spec import default_cli_path
+from workers.spec import default_cli_path, sandbox_possible
 
 NODE_MIN: Final = 18
 NODE_RECOMMENDED: Final = 20
@@ -93,8 +95,9 @@ def check_browser(settings: Settings, timeout: float = BROWSER_TIMEOUT) -> Check
         return Check(False, "no Chromium found", "install chromium (scripts/setup) or set MCP_ROUTER_BROWSER")
     if not os.access(browser, os.X_OK):
         return Check(False, f"browser {browser} is not executable", "point MCP_ROUTER_BROWSER at a Chromium binary")
+    sandbox = sandbox_possible()  # as the workers will run it: sandboxed unless root
     with tempfile.TemporaryDirectory(prefix="mcp-router-doctor-") as profile:
-        argv = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        argv = [browser, "--headless", *([] if sandbox else ["--no-sandbox"]), "--disable-gpu", "--no-first-run",
                 f"--user-data-dir={profile}", "--dump-dom", "about:blank"]
         # Own session, so a browser that hangs is killed with all its helper processes.
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
@@ -108,9 +111,49 @@ def check_browser(settings: Settings, timeout: float = BROWSER_TIMEOUT) -> Check
             _kill_group(proc)
     if proc.returncode != 0 or b"<html" not in out.lower():
         tail = err.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
-        return Check(False, f"browser {browser} does not launch headless ({tail[0][:200]})",
-                     "install a working Chromium (scripts/setup) or set MCP_ROUTER_BROWSER")
-    return Check(True, f"browser {browser} launches headless")
+        fix = "install a working Chromium (scripts/setup) or set MCP_ROUTER_BROWSER"
+        if sandbox:
+            fix += ("; if only its sandbox fails (no user namespaces), allow them, "
+                    "or run the workers without it: --worker-arg=--no-sandbox")
+        return Check(False, f"browser {browser} does not launch headless{' sandboxed' if sandbox else ''} "
+                     f"({tail[0][:200]})", fix)
+    return Check(True, f"browser {browser} launches headless{' in its sandbox' if sandbox else ''}")
+
+
+def check_sandbox() -> Check:
+    if sandbox_possible():
+        return Check(True, "Chromium's sandbox is on (the router does not run as root)")
+    return Check(True, "Chromium's sandbox is off: the router runs as root, where Chromium cannot have it",
+                 "run the router as an ordinary user to turn it on", warning=True)
+
+
+def check_private_state(state_dir: Path) -> Check:
+    if not state_dir.exists():
+        return Check(True, f"state dir {state_dir} will be created private (0700) on first start")
+    mode = state_dir.stat().st_mode & 0o777
+    if mode & 0o077:
+        return Check(False, f"state dir {state_dir} is readable by others (mode {mode:o}): recorded calls, "
+                     "cookies and profiles are in it", f"chmod 700 {state_dir} (serve does it at start)")
+    return Check(True, f"state dir {state_dir} is private ({mode:o})")
+
+
+def check_token(state_dir: Path, auth: str) -> Check:
+    path = token_path(state_dir)
+    if auth == "none":
+        return Check(True, "auth is off (--auth none): anyone on this machine can drive the browsers",
+                     "leave --auth at token unless every local user and process is trusted", warning=True)
+    try:
+        token = read_token(state_dir)
+    except WeakToken as exc:
+        return Check(False, str(exc), f"delete {path}; the router makes a new one (mcp-router token prints it)")
+    except OSError as exc:
+        return Check(False, f"token file {path} cannot be read ({exc.strerror or exc})", f"chmod 600 {path}")
+    if token is None:
+        return Check(True, f"no token yet at {path} (made on first start; `mcp-router token` makes it now)")
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        return Check(False, f"token file {path} is readable by others (mode {mode:o})", f"chmod 600 {path}")
+    return Check(True, f"token file {path} is private ({mode:o})")
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -123,7 +166,7 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 def check_state_dir(state_dir: Path) -> Check:
     fix = f"make {state_dir} writable, or set MCP_ROUTER_STATE_DIR / --state-dir"
     try:
-        state_dir.mkdir(parents=True, exist_ok=True)
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # private, as serve makes it
         with tempfile.NamedTemporaryFile(dir=state_dir, prefix=".doctor-"):
             pass
     except OSError as exc:
@@ -178,9 +221,10 @@ def unit_path() -> Path:
 def check_unit() -> Check:
     path = unit_path()
     if not path.is_file():
-        return Check(False, f"systemd user unit not installed ({path})",
-                     f"cp deploy/{UNIT_NAME} {path.parent}/ && systemctl --user daemon-reload "
-                     "&& systemctl --user enable --now mcp-router")
+        # A choice, not a fault: scripts/serve runs the router without it.
+        return Check(True, f"systemd user unit not installed ({path})",
+                     f"to run it as a service: cp deploy/{UNIT_NAME} {path.parent}/ && systemctl --user "
+                     "daemon-reload && systemctl --user enable --now mcp-router", warning=True)
     return Check(True, f"systemd user unit installed ({path})")
 
 
@@ -190,7 +234,10 @@ def run_checks(settings: Settings, *, progress: Callable[[Check], None] | None =
         check_node,
         check_worker_package,
         lambda: check_browser(settings),
+        check_sandbox,
         lambda: check_state_dir(state_dir),
+        lambda: check_private_state(state_dir),
+        lambda: check_token(state_dir, settings.auth),
         lambda: check_database(state_dir),
         lambda: check_port(settings.host, settings.port),
         check_unit,
@@ -208,7 +255,9 @@ def run_checks(settings: Settings, *, progress: Callable[[Check], None] | None =
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("doctor", help="check node, the worker package, the browser, state dir, database, port, unit")
+    p = sub.add_parser(
+        "doctor", help="check node, the worker package, the browser and its sandbox, state dir, token, database, port"
+    )
     p.add_argument("--host")
     p.add_argument("--port", type=int)
     p.add_argument("--state-dir")

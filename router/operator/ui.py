@@ -19,6 +19,8 @@ FILES: Final = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
     "style.css": "text/css; charset=utf-8",
+    "login.html": "text/html; charset=utf-8",
+    "login.js": "text/javascript; charset=utf-8",
 }
 # Everything from this origin only; images may also be data: URIs. No inline script or style, no
 # framing (clickjacking of the end/hibernate buttons), no form posts anywhere.
@@ -43,12 +45,17 @@ class Ui:
         return [
             Route("/ui", self.redirect, methods=["GET"]),
             Route("/ui/", self.serve, methods=["GET", "HEAD"]),
+            # The sign-in form (router/http/auth.py answers its POST and lets it through unsigned).
+            Route("/ui/login", self.login_page, methods=["GET", "HEAD"]),
             Route("/ui/{name}", self.serve, methods=["GET", "HEAD"]),
         ]
 
     async def redirect(self, request: Request) -> Response:
         # Relative asset URLs in index.html resolve under /ui/ only with the trailing slash.
         return RedirectResponse("/ui/", status_code=308)
+
+    async def login_page(self, request: Request) -> Response:
+        return Response(self.files["login.html"], media_type=FILES["login.html"], headers=HEADERS)
 
     async def serve(self, request: Request) -> Response:
         name = request.path_params.get("name", "index.html")

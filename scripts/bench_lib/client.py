@@ -38,6 +38,10 @@ class Endpoint:
     name: str
     url: str
     host: str | None = None
+    token: str | None = None  # the router's; older routers ignore the header
+
+    def auth(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.token}"} if self.token else {}
 
 
 @dataclass
@@ -48,7 +52,7 @@ class McpSession:
     _ids: Any = field(default_factory=lambda: itertools.count(1))
 
     def _headers(self) -> dict[str, str]:
-        h = {"content-type": "application/json", "accept": ACCEPT}
+        h = {"content-type": "application/json", "accept": ACCEPT, **self.endpoint.auth()}
         if self.endpoint.host:
             h["host"] = self.endpoint.host
         if self.session_id:

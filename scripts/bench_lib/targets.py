@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 import shlex
 import subprocess
 import sys
@@ -99,6 +100,10 @@ def start_router(
 ) -> Target:
     base = env.fresh_dir(name)
     port = free_port()
+    # Our own token in the state dir: this router reads it, an older one ignores it (and the header).
+    token = secrets.token_urlsafe(32)
+    (base / "token").write_text(token + "\n")
+    (base / "token").chmod(0o600)
     argv, extra_env = router_argv(env, port, base, list(extra), src)
     extra_env.update(environ or {})
     env.registry.watch_state_dir(base)  # its workers carry MCP_ROUTER_STATE_DIR=base
@@ -118,13 +123,14 @@ def start_router(
         if time.perf_counter() - start > 30:
             raise TimeoutError(f"router {name} not healthy after 30 s: {child.log_tail()}")
         time.sleep(0.02)
-    return Target(Endpoint(name, f"http://127.0.0.1:{port}/mcp"), child, base, time.perf_counter() - start)
+    endpoint = Endpoint(name, f"http://127.0.0.1:{port}/mcp", token=token)
+    return Target(endpoint, child, base, time.perf_counter() - start)
 
 
 def healthz(target: Target) -> dict[str, object]:
     url = target.endpoint.url.rsplit("/", 1)[0] + "/healthz"
     try:
-        data: dict[str, object] = httpx.get(url, timeout=2, trust_env=False).json()
+        data: dict[str, object] = httpx.get(url, headers=target.endpoint.auth(), timeout=2, trust_env=False).json()
         return data
     except (httpx.HTTPError, ValueError):
         return {}

@@ -20,7 +20,17 @@ import pytest
 from router.cli.main import EXIT_FAILED, EXIT_STATE_LOCKED
 from router.health import Health
 from router.state_lock import LOCK_NAME, StateDirLocked, StateLock, lock_status
-from tests.support import FAKE_WORKER, ROOT, RawClient, RouterThread, free_port, router_settings, wait_for
+from tests.support import (
+    FAKE_WORKER,
+    ROOT,
+    RawClient,
+    RouterThread,
+    auth_headers,
+    free_port,
+    router_settings,
+    seed_token,
+    wait_for,
+)
 from workers.orphans import processes_for
 
 FAULTY = Path(__file__).with_name("faulty_serve.py")
@@ -28,7 +38,7 @@ EXIT_WAIT = 30.0
 
 
 def _healthz(port: int) -> httpx.Response:
-    return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5, trust_env=False)
+    return httpx.get(f"http://127.0.0.1:{port}/healthz", headers=auth_headers(), timeout=5, trust_env=False)
 
 
 def _up(port: int, proc: subprocess.Popen[bytes] | None = None) -> bool:
@@ -41,6 +51,7 @@ def _up(port: int, proc: subprocess.Popen[bytes] | None = None) -> bool:
 
 
 def _serve_argv(state: Path, port: int, *extra: str) -> list[str]:
+    seed_token(state)
     return [
         "serve", "--port", str(port), "--state-dir", str(state),
         "--worker-command", f"{sys.executable} {FAKE_WORKER} {{port}}", *extra,
@@ -94,7 +105,7 @@ def test_failed_batches_show_in_healthz_and_metrics(state_dir: Path, monkeypatch
         c.call("echo", text="lost")
         record = wait_for(lambda: (r := _healthz(router.port).json()["record"])["failed_batches"] and r)
         assert record["failed_rows"] >= 1 and record["failing"] is True
-        metrics = httpx.get(f"http://127.0.0.1:{router.port}/metrics", timeout=5, trust_env=False).text
+        metrics = httpx.get(f"{router.base_url}/metrics", headers=auth_headers(), timeout=5, trust_env=False).text
         failed = re.search(r"^mcp_router_recorder_failed_batches (\S+)$", metrics, re.MULTILINE)
         assert failed and float(failed.group(1)) >= 1
         assert _healthz(router.port).status_code == 200  # lost rows are counted, not fatal

@@ -8,13 +8,13 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from router.operator.metrics import OTHER, Metrics
-from tests.support import RawClient, RouterThread, router_settings
+from tests.support import RawClient, RouterThread, auth_headers, router_settings
 
 HUGE = 100_000
 
 
 def _metrics(router: RouterThread) -> str:
-    answer = httpx.get(f"http://127.0.0.1:{router.port}/metrics", timeout=10, trust_env=False)
+    answer = httpx.get(f"http://127.0.0.1:{router.port}/metrics", headers=auth_headers(), timeout=10, trust_env=False)
     assert answer.status_code == 200
     return answer.text
 

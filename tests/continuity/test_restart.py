@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 
 from router.sessions.continuity import NOTICE_PREFIX as RESUMED_NOTICE
-from tests.support import RawClient, free_port, run_cli, serve_process, wait_saved
+from tests.support import RawClient, auth_headers, free_port, run_cli, serve_process, wait_saved
 from workers.orphans import processes_for
 
 QUIET = ("--log-level", "warning")
@@ -57,7 +57,7 @@ def test_sigterm_saves_ends_workers_and_the_session_resumes_after_restart(
         with serve_process(state_dir, *QUIET, port=port, browser=chromium) as server:
             client.initialize()
             client.text("browser_navigate", url=f"{pages}/set?v=st")
-            held = httpx.Client(timeout=30)
+            held = httpx.Client(timeout=30, headers=auth_headers())
             # A GET stream open at shutdown must not hold the shutdown up.
             stream = held.stream("GET", url, headers={"accept": "text/event-stream",
                                                       "mcp-session-id": client.session_id or ""})  # fmt: skip

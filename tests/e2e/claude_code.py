@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -20,7 +19,7 @@ from typing import IO, Any, Final
 
 import httpx
 
-from tests.support import ROOT, free_port, wait_for
+from tests.support import ROOT, TEST_TOKEN, free_port, wait_for
 from workers.orphans import end_processes, marker_env, processes_for
 from workers.spec import WorkerSpec, default_cli_path, playwright_argv
 
@@ -48,7 +47,7 @@ class ClaudeCodeClient:
     runs in its own process group, which is killed on the way out whatever happened.
     """
 
-    def __init__(self, url: str, *, token: str | None = None, ready_timeout: float = READY_TIMEOUT) -> None:
+    def __init__(self, url: str, *, token: str | None = TEST_TOKEN, ready_timeout: float = READY_TIMEOUT) -> None:
         self.url = url
         self.token = token
         self.ready_timeout = ready_timeout
@@ -317,54 +316,3 @@ def router_healthy(port: int) -> bool:
         return False
 
 
-class RouterProcess:
-    """``mcp-router serve`` as a child process on a fixed port and state dir, so a test can
-    SIGKILL it and start another on the same port; ``stop()`` ends it with SIGTERM (it then ends
-    its workers)."""
-
-    def __init__(self, state_dir: Path, port: int, browser: str, *extra: str) -> None:
-        self.argv = [sys.executable, "-m", "router.cli", "serve", "--state-dir", str(state_dir),
-                     "--port", str(port), "--browser", browser, "--log-level", "warning", *extra]  # fmt: skip
-        self.port = port
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._stderr: IO[bytes] | None = None
-
-    def __enter__(self) -> RouterProcess:
-        self._stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(self.argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=self._stderr)
-        proc = self.proc
-        try:
-            wait_for(lambda: router_healthy(self.port) or proc.poll() is not None, timeout=ROUTER_START_TIMEOUT)
-            assert proc.poll() is None, f"router exited: {self.stderr_tail()}"
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def kill(self) -> None:
-        """SIGKILL: no saving, no ending of workers, no goodbye to held streams."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=EXIT_TIMEOUT)
-
-    def stop(self) -> None:
-        proc = self.proc
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=EXIT_TIMEOUT)
-        if self._stderr is not None:
-            self._stderr.close()
-            self._stderr = None
-
-    def stderr_tail(self, limit: int = 3000) -> str:
-        if self._stderr is None:
-            return ""
-        self._stderr.seek(0)
-        return self._stderr.read().decode("utf-8", "replace")[-limit:]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -74,7 +75,7 @@ def test_ended_session_leaves_no_browser(pw_router: RouterThread, pages: str) ->
 
 
 async def test_python_sdk_default_mode_ends_in_a_working_session(pw_router: RouterThread, pages: str) -> None:
-    async with Client(pw_router.url) as client:
+    async with Client(f"{pw_router.url}?token={pw_router.token}") as client:
         assert client.session.initialize_result is not None
         result = await client.call_tool("browser_navigate", {"url": f"{pages}/second"})
         text = "".join(getattr(p, "text", "") for p in result.content)
@@ -87,6 +88,7 @@ def test_typescript_sdk_client_works_through_router(pw_router: RouterThread, pag
     script = Path(__file__).with_name("ts_client.mjs")
     out = subprocess.run(
         ["node", str(script), str(sdk), pw_router.url, f"{pages}/second"],
+        env={**os.environ, "MCP_ROUTER_TOKEN": pw_router.token},
         capture_output=True,
         text=True,
         timeout=60,

@@ -29,9 +29,17 @@ from tests.e2e.claude_code import (
     ROUTER_TOOLS,
     ClaudeCodeClient,
     DirectWorker,
-    RouterProcess,
 )
-from tests.support import RawClient, RouterThread, free_port, messages_of, playwright_router, wait_for
+from tests.support import (
+    RawClient,
+    RouterThread,
+    auth_headers,
+    free_port,
+    messages_of,
+    playwright_router,
+    serve_process,
+    wait_for,
+)
 from workers.orphans import processes_for
 
 CC_CAPABILITIES: Final = {"roots": {"listChanged": True}, "elicitation": {"form": {}, "url": {}}}
@@ -140,7 +148,7 @@ def carries_on(cc: ClaudeCodeClient, before: Before) -> None:
 
 def worker_pid(base: str, session_id: str) -> int | None:
     """The session's worker as the operator API shows it (None: it has none now)."""
-    response = httpx.get(f"{base}/api/sessions/{session_id}", timeout=10, trust_env=False)
+    response = httpx.get(f"{base}/api/sessions/{session_id}", headers=auth_headers(), timeout=10, trust_env=False)
     assert response.status_code == 200, response.text
     pid = response.json()["session"]["worker_pid"]
     assert pid is None or isinstance(pid, int), response.text
@@ -235,7 +243,7 @@ def test_hibernation_then_call(steady: RouterThread, pages: str) -> None:
         before = sign_in(cc, pages, "hib")
         response = httpx.post(
             f"{base_of(steady)}/api/sessions/{cc.session_id}/hibernate",
-            headers={ACTION_HEADER: "1"},
+            headers={ACTION_HEADER: "1", **auth_headers()},
             timeout=30,
             trust_env=False,
         )
@@ -247,19 +255,21 @@ def test_hibernation_then_call(steady: RouterThread, pages: str) -> None:
 def test_router_sigkill_and_restart_then_call(state_dir: Path, chromium: str, pages: str) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
-    with RouterProcess(state_dir, port, chromium) as first, ClaudeCodeClient(url) as cc:
+    quiet = ("--log-level", "warning")
+    with serve_process(state_dir, *quiet, port=port, browser=chromium) as first, ClaudeCodeClient(url) as cc:
         before = sign_in(cc, pages, "restart")
         wait_for(lambda: saved(state_dir, cc.session_id, "restart"), timeout=SAVE_WAIT)
-        first.kill()
+        first.proc.kill()  # SIGKILL: no saving, no ending of workers, no goodbye to held streams
+        first.proc.wait(timeout=10)
         cc.wait_status(lambda s: not s["get_stream_open"], timeout=10, what="the GET stream broken")
-        with RouterProcess(state_dir, port, chromium) as second:
+        with serve_process(state_dir, *quiet, port=port, browser=chromium) as second:
             # The client reopens its GET stream on the same id, as Claude Code does.
             opens = cc.status()["get_opens"]
             cc.wait_status(lambda s: s["get_opens"] > opens, timeout=10, what="the GET stream reopened")
             try:
                 carries_on(cc, before)
             except AssertionError as exc:
-                raise AssertionError(f"{exc}\nrouter stderr: {second.stderr_tail()}") from None
+                raise AssertionError(f"{exc}\nrouter stderr: {second.stderr()}") from None
 
 
 def test_create_new_session_then_call(steady: RouterThread, pages: str) -> None:

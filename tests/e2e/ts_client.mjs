@@ -1,5 +1,6 @@
 // A client built on the TypeScript MCP SDK: connect through the router, list tools, navigate,
 // print what came back as one JSON line. Usage: node ts_client.mjs SDK_DIST_DIR MCP_URL PAGE_URL
+// The router's token comes in the MCP_ROUTER_TOKEN environment variable, sent as a bearer header.
 import { pathToFileURL } from "node:url";
 import { join } from "node:path";
 
@@ -10,7 +11,9 @@ const { StreamableHTTPClientTransport } = await import(
 );
 
 const client = new Client({ name: "ts-sdk-check", version: "1.0.0" });
-const transport = new StreamableHTTPClientTransport(new URL(mcpUrl));
+const transport = new StreamableHTTPClientTransport(new URL(mcpUrl), {
+  requestInit: { headers: { authorization: `Bearer ${process.env.MCP_ROUTER_TOKEN}` } },
+});
 await client.connect(transport);
 const tools = await client.listTools();
 const result = await client.callTool({ name: "browser_navigate", arguments: { url: pageUrl } });

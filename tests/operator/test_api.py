@@ -19,7 +19,7 @@ import pytest
 
 from router.cli.api_client import fetch_live_sessions
 from router.operator import memory
-from tests.support import RawClient, RouterThread, free_port
+from tests.support import TEST_TOKEN, RawClient, RouterThread, auth_headers, free_port
 from workers.orphans import processes_for
 
 ACTION = {"x-mcp-router-action": "1"}
@@ -28,11 +28,11 @@ PNG_B = b"\x89PNG\r\n\x1a\n" + b"file-image"
 
 
 def api(router: RouterThread, path: str) -> httpx.Response:
-    return httpx.get(router.base_url + path, timeout=10, trust_env=False)
+    return httpx.get(router.base_url + path, headers=auth_headers(), timeout=10, trust_env=False)
 
 
 def post(router: RouterThread, path: str, headers: dict[str, str]) -> httpx.Response:
-    return httpx.post(router.base_url + path, headers=headers, timeout=10, trust_env=False)
+    return httpx.post(router.base_url + path, headers={**auth_headers(), **headers}, timeout=10, trust_env=False)
 
 
 def test_sessions_session_and_call_shapes(rec_router: RouterThread) -> None:
@@ -253,7 +253,7 @@ def test_the_session_view_tells_why_it_resumed(rec_router: RouterThread) -> None
 
 
 def test_ui_is_served_with_a_strict_csp(rec_router: RouterThread) -> None:
-    redirect = httpx.get(rec_router.base_url + "/ui", trust_env=False)
+    redirect = httpx.get(rec_router.base_url + "/ui", headers=auth_headers(), trust_env=False)
     assert redirect.status_code == 308 and redirect.headers["location"] == "/ui/"
     page = api(rec_router, "/ui/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
@@ -272,10 +272,12 @@ def test_ui_is_served_with_a_strict_csp(rec_router: RouterThread) -> None:
 def test_fetch_live_sessions(rec_router: RouterThread) -> None:
     with RawClient(rec_router.url) as c:
         c.initialize()
-        rows = fetch_live_sessions("127.0.0.1", rec_router.port)
+        rows = fetch_live_sessions("127.0.0.1", rec_router.port, token=TEST_TOKEN)
         assert rows is not None
         assert any(r["id"] == c.session_id and r["live"] for r in rows)
-        assert fetch_live_sessions("0.0.0.0", rec_router.port) is not None  # bound to all: reached on loopback
+        # bound to all: reached on loopback
+        assert fetch_live_sessions("0.0.0.0", rec_router.port, token=TEST_TOKEN) is not None
+        assert fetch_live_sessions("127.0.0.1", rec_router.port) is None  # no token, no sessions
         c.delete()
     assert fetch_live_sessions("127.0.0.1", free_port()) is None
 

@@ -1,6 +1,7 @@
 """The dashboard in a real headless Chromium (Playwright for Python driving the system browser)
 against a router with a live @playwright/mcp session: the session appears, its timeline opens,
-a snapshot is read and searched, console and screenshot show, and ending it ends its worker."""
+a snapshot is read and searched, console and screenshot show, and ending it ends its worker.
+The browser signs in first: the token in the login link's fragment becomes an HttpOnly cookie."""
 
 from __future__ import annotations
 
@@ -38,11 +39,42 @@ def page(browser: Browser) -> Iterator[Page]:
     assert not errors, errors  # no script errors, no CSP violations
 
 
+def sign_in(page: Page, router: RouterThread) -> None:
+    page.goto(f"http://127.0.0.1:{router.port}/ui/login#token={router.token}")
+    expect(page).to_have_url(f"http://127.0.0.1:{router.port}/ui/")
+    expect(page.locator("#status")).to_contain_text("live")
+
+
+def test_signing_in_with_the_link_or_the_form(pw_router: RouterThread, browser: Browser) -> None:
+    base = f"http://127.0.0.1:{pw_router.port}"
+    # Its own page: the wrong token's 401 is a console error here, which the `page` fixture forbids.
+    page = browser.new_context().new_page()
+    page.goto(f"{base}/ui/")  # no cookie yet: the login form
+    expect(page).to_have_url(f"{base}/ui/login")
+    page.locator("#token").fill("not-the-token")
+    with page.expect_response(f"{base}/ui/login") as answer:
+        page.locator("button[type=submit]").click()
+    assert answer.value.status == 401
+    expect(page.locator("#login-result")).to_have_text("wrong token")
+    page.locator("#token").fill(pw_router.token)
+    page.locator("button[type=submit]").click()
+    expect(page).to_have_url(f"{base}/ui/")
+    expect(page.locator("#status")).to_contain_text("live")
+    cookies = page.context.cookies()
+    assert [(c["httpOnly"], c["sameSite"]) for c in cookies] == [(True, "Strict")]
+    assert pw_router.token not in cookies[0]["value"]  # a derived value, good for /ui and /api only
+
+    # The link: the fragment signs in and is gone from the address bar.
+    page.context.clear_cookies()
+    page.goto(f"{base}/ui/login#token={pw_router.token}")
+    expect(page).to_have_url(f"{base}/ui/")
+    assert pw_router.token not in page.url
+    page.context.close()
+
+
 def test_dashboard_follows_a_live_session_and_ends_it(pw_router: RouterThread, pages: str, page: Page) -> None:
     state = Path(pw_router.settings.state_dir)
-    base = pw_router.base_url
-    page.goto(f"{base}/ui/")
-    expect(page.locator("#status")).to_contain_text("live")
+    sign_in(page, pw_router)
 
     with RawClient(pw_router.url) as c:
         c.initialize(name="dashboard-client")
@@ -106,7 +138,7 @@ def test_dashboard_follows_a_live_session_and_ends_it(pw_router: RouterThread, p
 
 
 def test_dismissed_confirm_changes_nothing(pw_router: RouterThread, page: Page) -> None:
-    page.goto(f"{pw_router.base_url}/ui/")
+    sign_in(page, pw_router)
     with RawClient(pw_router.url) as c:
         c.initialize(name="keep-me")
         assert c.session_id is not None

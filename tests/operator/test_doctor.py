@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sqlite3
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from router.cli import main
+from router.http.auth import load_or_create_token
 from router.operator import doctor
 from router.record import schema
 from tests.support import RouterThread, free_port, router_settings
@@ -48,14 +51,57 @@ def test_healthy_machine_passes(
     state = tmp_path / "state"
     conn = schema.connect(state / "router.db")
     conn.close()
+    state.chmod(0o700)
+    load_or_create_token(state)
     status, lines = run_doctor(capsys, "--state-dir", str(state), "--port", str(free_port()))
     assert status == 0, lines
-    assert len(lines) == 8 and lines[-1] == "all checks passed"
+    assert len(lines) == 11 and lines[-1] == "all checks passed"
     assert all(line.startswith(("✓", "!")) for line in lines[:-1]), lines
     text = "\n".join(lines)
     for expected in ("node v", "@playwright/mcp 0.0.83 installed", "launches headless", "is writable",
-                     f"schema v{schema.SCHEMA_VERSION}", "is free", "systemd user unit installed"):
+                     f"schema v{schema.SCHEMA_VERSION}", "is free", "systemd user unit installed",
+                     "sandbox", f"state dir {state} is private (700)", "is private (600)"):
         assert expected in text
+
+
+def test_an_uninstalled_unit_is_a_hint_not_a_failure(
+    tmp_path: Path, config_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MCP_ROUTER_BROWSER", raising=False)
+    status, lines = run_doctor(capsys, "--state-dir", str(tmp_path / "new"), "--port", str(free_port()))
+    assert status == 0, lines
+    assert lines[-1] == "all checks passed"
+    (unit,) = [line for line in lines if "systemd user unit not installed" in line]
+    assert unit.startswith("! ") and "systemctl --user" in unit
+    assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o700  # doctor makes it as serve would
+
+
+def test_loose_modes_fail_with_the_chmod(tmp_path: Path) -> None:
+    tmp_path.chmod(0o755)
+    loose = doctor.check_private_state(tmp_path)
+    assert not loose.ok and "readable by others (mode 755)" in loose.message and f"chmod 700 {tmp_path}" in loose.fix
+    tmp_path.chmod(0o700)
+    assert doctor.check_private_state(tmp_path).ok
+    assert doctor.check_private_state(tmp_path / "absent").ok
+    assert doctor.check_token(tmp_path, "token").ok  # none yet: made on first start
+    load_or_create_token(tmp_path)
+    assert doctor.check_token(tmp_path, "token").ok
+    (tmp_path / "token").chmod(0o644)
+    token = doctor.check_token(tmp_path, "token")
+    assert not token.ok and "chmod 600" in token.fix
+    (tmp_path / "token").write_text("short\n")
+    assert not doctor.check_token(tmp_path, "token").ok
+    off = doctor.check_token(tmp_path, "none")
+    assert off.ok and off.warning and "auth is off" in off.message
+
+
+def test_the_sandbox_is_a_hint_as_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    root = doctor.check_sandbox()
+    assert root.ok and root.warning and "root" in root.message and root.line().startswith("!")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    user = doctor.check_sandbox()
+    assert user.ok and not user.warning and "sandbox is on" in user.message
 
 
 def test_broken_machine_fails_with_fixes(
@@ -77,8 +123,8 @@ def test_broken_machine_fails_with_fixes(
     assert "browser /bin/false does not launch headless" in text
     assert "is not writable" in text
     assert f"port 127.0.0.1:{busy_port} is not available" in text
-    assert "systemd user unit not installed" in text
-    assert lines[-1] == "5 problem(s) found"
+    assert "systemd user unit not installed" not in text  # a hint, on a "!" line
+    assert lines[-1] == "4 problem(s) found"
 
 
 def test_port_held_by_a_router_is_fine(state_dir: Path) -> None:

@@ -30,6 +30,7 @@ def test_json_log_lines_tell_the_story_of_a_session(state_dir: Path) -> None:
     worker = ("--worker-command", shlex.join([sys.executable, "-u", str(FAKE_WORKER), "{port}"]))
     with serve_process(state_dir, *worker, "--log-format", "json") as server, RawClient(server.url) as c:
         c.initialize()
+        c.start_worker()
         [pid] = processes_for(state_dir, c.session_id)
         assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1] == b"-u"
         assert c.text("echo", text="logged") == "logged"

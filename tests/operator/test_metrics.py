@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from router.operator.metrics import MAX_TOOL_LABELS, OTHER, Metrics
-from tests.support import RawClient, RouterThread, router_settings, wait_for
+from tests.support import RawClient, RouterThread, auth_headers, router_settings, wait_for
 
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -35,7 +35,7 @@ class Scrape:
 
 
 def scrape(router: RouterThread) -> Scrape:
-    answer = httpx.get(f"{router.base_url}/metrics", timeout=10, trust_env=False)
+    answer = httpx.get(f"{router.base_url}/metrics", headers=auth_headers(), timeout=10, trust_env=False)
     assert answer.status_code == 200
     assert answer.headers["content-type"].startswith("text/plain")
     families = list(text_string_to_metric_families(answer.text))

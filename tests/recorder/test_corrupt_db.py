@@ -12,7 +12,7 @@ import pytest
 
 from router.record import schema
 from router.record.recorder import Recorder
-from tests.support import RouterThread, router_settings
+from tests.support import RouterThread, auth_headers, router_settings
 
 GARBAGE = b"this is not a database\n" * 512
 
@@ -102,6 +102,6 @@ def test_a_locked_database_is_not_moved_aside(tmp_path: Path, monkeypatch: pytes
 def test_the_router_starts_on_a_garbage_database(state_dir: Path) -> None:
     (state_dir / "router.db").write_bytes(GARBAGE)
     with RouterThread(router_settings(state_dir, record=True)) as router:
-        answer = httpx.get(f"http://127.0.0.1:{router.port}/healthz", timeout=10, trust_env=False)
+        answer = httpx.get(f"{router.base_url}/healthz", headers=auth_headers(), timeout=10, trust_env=False)
         assert answer.status_code == 200
     assert len(_aside(state_dir / "router.db")) == 1

@@ -14,6 +14,7 @@ from router.sessions.table import State
 from tests.support import (
     RawClient,
     RouterThread,
+    auth_headers,
     initialize_body,
     iter_sse,
     messages_of,
@@ -37,7 +38,7 @@ def test_idle_session_is_reaped_even_with_an_open_get_stream(state_dir: Path) ->
         keepalives_after_reap = threading.Event()
 
         def hold_get_stream() -> None:
-            headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or ""}
+            headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or "", **auth_headers()}
             with httpx.Client(timeout=30) as http, http.stream("GET", c.url, headers=headers) as r:
                 for event in iter_sse(r):
                     if "comment" in event and not processes_for(state_dir, c.session_id):
@@ -161,7 +162,7 @@ def test_get_stream_ends_when_session_deleted(fake_router: RouterThread) -> None
         ended = threading.Event()
 
         def hold() -> None:
-            headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or ""}
+            headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or "", **auth_headers()}
             with httpx.Client(timeout=30) as http, http.stream("GET", c.url, headers=headers) as r:
                 for _ in iter_sse(r):
                     pass

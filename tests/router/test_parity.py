@@ -19,7 +19,7 @@ import pytest
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 
-from tests.support import FAKE_WORKER, RouterThread, free_port, wait_for
+from tests.support import FAKE_WORKER, TEST_TOKEN, RouterThread, free_port, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,12 @@ def direct_worker() -> Iterator[str]:
 
 @pytest.fixture(params=["direct", "router"])
 def url(request: pytest.FixtureRequest, direct_worker: str, fake_router: RouterThread) -> str:
-    return direct_worker if request.param == "direct" else fake_router.url
+    return direct_worker if request.param == "direct" else with_token(fake_router.url)
+
+
+def with_token(url: str) -> str:
+    # The SDK client takes a URL only: the token rides on it, as for clients that cannot set headers.
+    return f"{url}?token={TEST_TOKEN}"
 
 
 async def roots_callback(context: ClientRequestContext) -> types.ListRootsResult:
@@ -96,7 +101,7 @@ async def test_large_answer_arrives_whole(url: str) -> None:
 
 
 async def test_session_ends_on_close_through_router(fake_router: RouterThread, tmp_path: Path) -> None:
-    async with Client(fake_router.url) as client:
+    async with Client(with_token(fake_router.url)) as client:
         await client.list_tools()
         assert len(fake_router.manager.sessions.live()) >= 1
         live_before = {s.id for s in fake_router.manager.sessions.live()}
@@ -105,6 +110,6 @@ async def test_session_ends_on_close_through_router(fake_router: RouterThread, t
 
 
 async def test_default_auto_mode_client_falls_back_to_a_session(fake_router: RouterThread) -> None:
-    async with Client(fake_router.url, list_roots_callback=roots_callback) as client:
+    async with Client(with_token(fake_router.url), list_roots_callback=roots_callback) as client:
         assert client.session.initialize_result is not None, "expected the initialize handshake"
         assert text_of(await client.call_tool("roots", {})) == "file:///srv/app"

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import signal
+import stat
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.support import RawClient, run_cli, serve_process, wait_for
+from tests.support import RawClient, initialize_body, run_cli, serve_process, wait_for
 from workers.orphans import processes_for
 
 SIGNAL_SHUTDOWN_LIMIT = 10.0
@@ -51,3 +52,27 @@ def test_sessions_command_shows_live_state_of_a_running_router(state_dir: Path) 
         line = next(line for line in out.stdout.splitlines() if (c.session_id or "?") in line)
         assert "live-cli" in line
         c.delete()
+
+
+def modes(state: Path) -> dict[str, int]:
+    return {str(p.relative_to(state)): stat.S_IMODE(p.lstat().st_mode) for p in [state, *state.rglob("*")]}
+
+
+def test_serve_makes_its_token_and_keeps_the_state_dir_private(state_dir: Path) -> None:
+    state = state_dir / "state"
+    state.mkdir(mode=0o755)
+    state.chmod(0o755)  # as an older router left it
+    with serve_process(state, seed=False) as server:
+        token = (state / "token").read_text().strip()
+        assert len(token) >= 43
+        with RawClient(server.url, token=None) as anonymous:
+            assert anonymous.post(initialize_body()).status_code == 401
+        with RawClient(server.url, token=token) as c:
+            c.initialize()
+            assert c.text("echo", text="private") == "private"
+            found = modes(state)
+            c.delete()
+    assert found["."] == 0o700
+    assert found["token"] == 0o600 and found["router.db"] == 0o600
+    loose = {path: mode for path, mode in found.items() if mode & 0o077 and not path.endswith(".log")}
+    assert not loose, loose  # every file and directory the router made is its owner's alone

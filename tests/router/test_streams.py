@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from tests.support import RawClient, RouterThread, iter_sse, messages_of, router_settings, wait_for
+from tests.support import RawClient, RouterThread, auth_headers, iter_sse, messages_of, router_settings, wait_for
 
 
 def test_progress_and_answer_stream_through(fake_router: RouterThread) -> None:
@@ -44,7 +44,7 @@ def test_server_to_client_request_crosses_and_answer_returns(fake_router: Router
         opened = threading.Event()
 
         def answer_roots() -> None:
-            headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or ""}
+            headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or "", **auth_headers()}
             with httpx.Client(timeout=30) as http, http.stream("GET", c.url, headers=headers) as r:
                 opened.set()
                 for message in iter_sse(r):
@@ -74,7 +74,7 @@ def test_get_stream_sends_keepalives_and_closes_upstream_when_client_goes(state_
     with RouterThread(settings) as router, RawClient(router.url) as c:
         c.initialize()
         c.start_worker()
-        headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or ""}
+        headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or "", **auth_headers()}
         comments = 0
         with c.http.stream("GET", c.url, headers=headers) as r:
             assert r.status_code == 200
@@ -102,7 +102,7 @@ def test_a_calls_notification_comes_on_its_own_stream_not_the_open_get_stream(fa
     stream must neither take it nor get a copy."""
     with RawClient(fake_router.url) as c:
         c.initialize()
-        headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or ""}
+        headers = {"accept": "text/event-stream", "mcp-session-id": c.session_id or "", **auth_headers()}
         on_get: list[dict[str, Any]] = []
         opened = threading.Event()
 

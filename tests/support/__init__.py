@@ -1,6 +1,7 @@
 """What the tests share: waiting, the SSE reader, a raw client, routers in a thread or as a
 process, the page server. Fixtures built on these live in tests/conftest.py."""
 
+from tests.support.auth import TEST_TOKEN, auth_headers, seed_token
 from tests.support.client import (
     ACCEPT_BOTH,
     REF_KEY,
@@ -34,12 +35,14 @@ __all__ = [
     "PAGES",
     "REF_KEY",
     "ROOT",
+    "TEST_TOKEN",
     "TINY_WORKER_COMMAND",
     "WAIT_TIMEOUT",
     "RawClient",
     "RouterThread",
     "ServeProcess",
     "async_wait_for",
+    "auth_headers",
     "find_ref",
     "free_port",
     "initialize_body",
@@ -50,6 +53,7 @@ __all__ = [
     "router_settings",
     "run_cli",
     "saved_state",
+    "seed_token",
     "serve_pages",
     "serve_process",
     "sse_events",

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 
+from tests.support.auth import TEST_TOKEN, auth_headers
 from tests.support.sse import messages_of
 
 ACCEPT_BOTH = "application/json, text/event-stream"
@@ -56,15 +57,17 @@ def whoami(client: RawClient) -> dict[str, int]:
 class RawClient:
     """Speaks Streamable HTTP by hand, so tests see every status code and header."""
 
-    def __init__(self, url: str, *, host: str | None = None) -> None:
+    def __init__(self, url: str, *, host: str | None = None, token: str | None = TEST_TOKEN) -> None:
         self.url = url
-        self.http = httpx.Client(timeout=CLIENT_TIMEOUT, trust_env=False)
+        # The token on every request, those tests send through .http with headers of their own too.
+        self.http = httpx.Client(timeout=CLIENT_TIMEOUT, trust_env=False, headers=auth_headers(token))
         self.session_id: str | None = None
         self._next_id = 100
         self.host = host
+        self.token = token
 
     def headers(self, **extra: str) -> dict[str, str]:
-        h = {"content-type": "application/json", "accept": ACCEPT_BOTH}
+        h = {"content-type": "application/json", "accept": ACCEPT_BOTH, **auth_headers(self.token)}
         if self.session_id:
             h["mcp-session-id"] = self.session_id
         if self.host:

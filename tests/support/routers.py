@@ -13,7 +13,9 @@ from typing import Any
 import uvicorn
 
 from router.http.app import create_app
+from router.http.auth import token_path
 from router.settings import Settings
+from tests.support.auth import seed_token
 from tests.support.wait import wait_for
 from workers.orphans import processes_for
 
@@ -65,6 +67,10 @@ class RouterThread:
     def manager(self) -> Any:
         return self.app.state.manager
 
+    @property
+    def token(self) -> str:
+        return token_path(Path(self.settings.state_dir)).read_text().strip()
+
 
 def router_settings(tmp: Path, **overrides: Any) -> Settings:
     """Settings for a router on a free port with the stand-in worker and the record off."""
@@ -76,6 +82,7 @@ def router_settings(tmp: Path, **overrides: Any) -> Settings:
         "record": False,
     }
     values.update(overrides)
+    seed_token(Path(values["state_dir"]))
     return Settings(**values)
 
 

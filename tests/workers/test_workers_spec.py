@@ -1,8 +1,22 @@
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
-from workers.spec import WorkerSpec, default_cli_path, playwright_argv
+import pytest
+
+from workers.spec import (
+    ALLOWED_HOSTS_ENV,
+    ALLOWED_ORIGINS_ENV,
+    BLOCKED_ORIGINS_ENV,
+    WorkerSpec,
+    browse_env,
+    default_cli_path,
+    new_host_name,
+    playwright_argv,
+    sandbox_possible,
+)
 
 
 def test_default_template() -> None:
@@ -39,3 +53,37 @@ def test_default_cli_path_is_the_pinned_install() -> None:
     path = default_cli_path()
     assert path.parts[-4:] == ("node_modules", "@playwright", "mcp", "cli.js")
     assert path.is_file()
+
+
+def test_sandbox_flag_comes_before_extra_args_so_no_sandbox_there_wins() -> None:
+    assert "--sandbox" not in playwright_argv()
+    argv = playwright_argv(sandbox=True, extra_args=["--no-sandbox"])
+    assert argv.index("--sandbox") < argv.index("--no-sandbox")
+
+
+def test_sandbox_is_possible_for_everyone_but_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert not sandbox_possible()
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert sandbox_possible()
+
+
+def test_browse_env_uses_the_workers_separator() -> None:
+    assert browse_env() == {}
+    env = browse_env(allow=["https://a.example", " "], block=["http://127.0.0.1:4000", "http://[::1]:4000"])
+    assert env == {
+        ALLOWED_ORIGINS_ENV: "https://a.example",
+        BLOCKED_ORIGINS_ENV: "http://127.0.0.1:4000;http://[::1]:4000",
+    }
+
+
+def test_host_names_are_secret_and_valid_labels() -> None:
+    names = {new_host_name() for _ in range(50)}
+    assert len(names) == 50
+    for name in names:
+        assert re.fullmatch(r"w-[0-9a-f]{32}", name)  # 128 bits, a DNS label (<= 63 chars)
+
+
+def test_the_lock_is_off_unless_asked_for() -> None:
+    assert WorkerSpec().allowed_hosts_env is None
+    assert ALLOWED_HOSTS_ENV == "PLAYWRIGHT_MCP_ALLOWED_HOSTS"

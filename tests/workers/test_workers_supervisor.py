@@ -4,7 +4,9 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from tests.support import async_wait_for
 from workers import orphans
 from workers._exceptions import ReadyTimeout, SpawnError, SupervisorNotRunning
 from workers.ports import PortAllocator, derive_port, port_is_bindable
+from workers.scratch import ROOT_PREFIX, ROOT_RECORD
 from workers.spec import WorkerSpec
 from workers.supervisor import Supervisor, Worker
 
@@ -243,3 +246,58 @@ async def test_cancelled_run_still_ends_workers_even_stubborn_ones(state_dir: Pa
     assert not worker.alive()
     assert exits.calls == [(worker, -signal.SIGKILL, True)]
     assert orphans.processes_for(state_dir) == []
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+def _check_private(sup: Supervisor, worker: Worker, other: Worker) -> Path:
+    """The worker's environment and dirs; returns the run's temp root."""
+    env = _environ(worker.pid)
+    assert env["ALLOWED_HOSTS"] == worker.host_header
+    assert worker.host_header.startswith("w-") and worker.host_header != other.host_header
+    assert worker.host_header not in Path(f"/proc/{worker.pid}/cmdline").read_text()  # argv is public
+    assert env["SPEC_VALUE"] == "1"
+    assert env["XDG_CACHE_HOME"] == str(sup.session_dir(worker.session_id) / "cache") == str(worker.cache_dir)
+    assert worker.temp_dir is not None and env["TMPDIR"] == str(worker.temp_dir)
+    assert worker.temp_dir.is_dir() and stat.S_IMODE(worker.temp_dir.stat().st_mode) == 0o700
+    # Short enough for the unix sockets Chromium and Playwright make in it (~104 bytes at most).
+    assert len(str(worker.temp_dir)) <= 60
+    root = worker.temp_dir.parent
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+    assert (sup.state_dir / ROOT_RECORD).read_text() == str(root)
+    (worker.temp_dir / "org.chromium.Chromium.x").mkdir()  # as a browser leaves it when killed
+    return root
+
+
+def _gone(*paths: Path | None) -> bool:
+    return not any(p is not None and p.exists() for p in paths)
+
+
+async def test_each_worker_gets_its_secret_host_and_private_dirs_in_its_environment(state_dir: Path) -> None:
+    spec = WorkerSpec(argv_template=HTTP_SERVER, env={"SPEC_VALUE": "1"}, allowed_hosts_env="ALLOWED_HOSTS")
+    sup = Supervisor(spec=spec, state_dir=state_dir, browser="/b", cli="/c.js")
+    stale = Path(tempfile.mkdtemp(prefix=ROOT_PREFIX))  # as a SIGKILLed router leaves it
+    (stale / "leftover").mkdir()
+    (state_dir / ROOT_RECORD).write_text(str(stale))
+    async with sup.run():
+        assert _gone(stale)
+        first, second = await sup.spawn(_sid()), await sup.spawn(_sid())
+        root = _check_private(sup, first, second)
+        os.kill(first.pid, signal.SIGKILL)  # nothing of it may stay behind, killed or not
+        await first.wait_exited()
+        assert _gone(first.temp_dir)
+        await sup.stop(second.session_id)
+        assert _gone(second.temp_dir)
+    assert _gone(root, state_dir / ROOT_RECORD)
+
+
+async def test_without_the_lock_a_worker_gets_the_host_local_servers_accept(state_dir: Path) -> None:
+    sup = _supervisor(state_dir)
+    async with sup.run():
+        worker = await sup.spawn(_sid())
+        assert worker.host_header == f"localhost:{worker.port}"
+        assert "PLAYWRIGHT_MCP_ALLOWED_HOSTS" not in _environ(worker.pid)
+        await sup.stop(worker.session_id)

@@ -42,6 +42,7 @@ function clock(ts) {
 
 async function getJson(url) {
   const response = await fetch(url, { headers: { accept: "application/json" }, cache: "no-store" });
+  if (response.status === 401) location.replace("/ui/login");  // signed out (new token, cleared cookie)
   const body = await response.json().catch(() => ({}));
   if (!response.ok) throw new Error(body.error || response.status + " " + response.statusText);
   return body;

@@ -1,0 +1,61 @@
+"""What the router tells every worker: its lock, its browser's origin lists, its sandbox."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from router.cli.main import main
+from router.http.app import build_supervisor, router_origins
+from router.settings import Settings
+from workers.spec import ALLOWED_HOSTS_ENV, ALLOWED_ORIGINS_ENV, BLOCKED_ORIGINS_ENV
+
+
+def settings(tmp_path: Path, **values: object) -> Settings:
+    return Settings(state_dir=tmp_path, port=4123, **values)  # type: ignore[arg-type]
+
+
+def test_the_browsers_never_reach_the_router_by_any_local_name(tmp_path: Path) -> None:
+    blocked = build_supervisor(settings(tmp_path)).spec.env[BLOCKED_ORIGINS_ENV].split(";")
+    for origin in ("http://127.0.0.1:4123", "http://localhost:4123", "http://[::1]:4123", "http://0.0.0.0:4123"):
+        assert origin in blocked
+    assert "http://10.1.2.3:4123" in router_origins("10.1.2.3", 4123)
+    assert "http://[fd00::1]:4123" in router_origins("fd00::1", 4123)
+    assert ALLOWED_ORIGINS_ENV not in build_supervisor(settings(tmp_path)).spec.env
+
+
+def test_browse_policy_goes_to_every_worker(tmp_path: Path) -> None:
+    spec = build_supervisor(
+        settings(tmp_path, browse_allow=["https://a.example", "https://b.example"], browse_block=["https://c.example"])
+    ).spec
+    assert spec.env[ALLOWED_ORIGINS_ENV] == "https://a.example;https://b.example"
+    blocked = spec.env[BLOCKED_ORIGINS_ENV].split(";")
+    assert "https://c.example" in blocked and "http://127.0.0.1:4123" in blocked
+
+
+def test_browse_flags_are_repeatable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    seen: list[Settings] = []
+    monkeypatch.setattr(sys.modules["router.cli.main"], "serve", lambda s: seen.append(s) or 0)
+    argv = ["serve", "--state-dir", str(tmp_path), "--browse-allow", "https://a.example",
+            "--browse-allow", "https://b.example", "--browse-block", "https://c.example", "--auth", "none"]  # fmt: skip
+    assert main(argv) == 0
+    (s,) = seen
+    assert s.browse_allow == ["https://a.example", "https://b.example"]
+    assert s.browse_block == ["https://c.example"] and s.auth == "none"
+
+
+def test_only_the_builtin_worker_is_locked(tmp_path: Path) -> None:
+    assert build_supervisor(settings(tmp_path)).spec.allowed_hosts_env == ALLOWED_HOSTS_ENV
+    custom = build_supervisor(settings(tmp_path, worker_command=["python", "server.py", "{port}"]))
+    assert custom.spec.allowed_hosts_env is None
+    assert BLOCKED_ORIGINS_ENV in custom.spec.env  # harmless to others, useful to a custom @playwright/mcp
+
+
+def test_the_sandbox_is_on_unless_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert "--sandbox" in build_supervisor(settings(tmp_path)).spec.argv_template
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert "--sandbox" not in build_supervisor(settings(tmp_path)).spec.argv_template
