@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from bench_lib import handshakes, profile, report
 from bench_lib import measure as m
-from bench_lib import profile, report
 from bench_lib.page import serve_page
 from bench_lib.procs import Registry
 from bench_lib.targets import (
@@ -62,7 +62,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="also run py-spy on the router during a routed loop (default 15 s)",
     )
     p.add_argument("--profile-path", default=REC, help="which router to profile (a variant's label)")
-    p.add_argument("--only", default="latency,init,memory,throughput", help="phases to run (comma-separated)")
+    p.add_argument(
+        "--only",
+        default="latency,init,handshakes,memory,throughput",
+        help="phases to run (comma-separated; `--only handshakes` alone takes 1–2 min)",
+    )
+    p.add_argument(
+        "--handshakes-at-once", type=int, default=20, help="concurrent Claude-Code-shaped handshakes (default 20)"
+    )
+    p.add_argument("--handshake-rounds", type=int, default=3, help="rounds of concurrent handshakes (default 3)")
     p.add_argument("--router-src", type=Path, help="run the router from this source tree (scratch copy)")
     p.add_argument("--router-arg", action="append", default=[], help="extra `mcp-router serve` flag (repeat)")
     p.add_argument(
@@ -232,6 +240,11 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
     for t in (direct, rec, norec, sg):
         if t is not None:
             env.registry.stop(t.child)
+
+    if "handshakes" in a.only:
+        hs = await handshakes.measure(env, page, reps=a.reps, at_once=a.handshakes_at_once, rounds=a.handshake_rounds)
+        out += [*handshakes.tables(hs), ""]
+        goals += handshakes.goals(hs)
 
     mem_rows: list[m.MemoryRow] = []
     if "memory" in a.only:

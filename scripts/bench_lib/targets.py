@@ -15,6 +15,7 @@ from bench_lib.client import Endpoint
 from bench_lib.procs import Registry, Spawned, free_port, wait_port
 
 SG_CACHE = Path.home() / ".cache" / "mcp-router-bench"
+TOKEN_FILE = "token"  # written by a router that asks for a token, in its state dir
 
 
 @dataclass
@@ -89,9 +90,12 @@ def router_argv(
     ]
     serve += env.router_args + extra
     src = src or env.router_src
+    entry = env.root / ".venv" / "bin" / "mcp-router"
+    if src is None and not entry.exists():
+        src = env.root  # a worktree without its own .venv: run this tree with the interpreter we run on
     if src is not None:
         return [sys.executable, "-m", "router.cli", *serve], {"PYTHONPATH": str(src)}
-    return [str(env.root / ".venv" / "bin" / "mcp-router"), *serve], {}
+    return [str(entry), *serve], {}
 
 
 def start_router(
@@ -118,13 +122,22 @@ def start_router(
         if time.perf_counter() - start > 30:
             raise TimeoutError(f"router {name} not healthy after 30 s: {child.log_tail()}")
         time.sleep(0.02)
-    return Target(Endpoint(name, f"http://127.0.0.1:{port}/mcp"), child, base, time.perf_counter() - start)
+    ready = time.perf_counter() - start
+    return Target(Endpoint(name, f"http://127.0.0.1:{port}/mcp", token=router_token(base)), child, base, ready)
+
+
+def router_token(state_dir: Path) -> str | None:
+    """The token a router of this state dir asks clients for, if it asks for one."""
+    try:
+        return (state_dir / TOKEN_FILE).read_text().strip() or None
+    except OSError:
+        return None
 
 
 def healthz(target: Target) -> dict[str, object]:
-    url = target.endpoint.url.rsplit("/", 1)[0] + "/healthz"
+    url = target.endpoint.base + "/healthz"
     try:
-        data: dict[str, object] = httpx.get(url, timeout=2, trust_env=False).json()
+        data: dict[str, object] = httpx.get(url, headers=target.endpoint.headers(), timeout=2, trust_env=False).json()
         return data
     except (httpx.HTTPError, ValueError):
         return {}
