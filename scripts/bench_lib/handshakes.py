@@ -70,6 +70,7 @@ class ReapRow:
     label: str
     calls: list[float] = field(default_factory=list)
     ping_after: list[float] = field(default_factory=list)  # first ping after the answer, seconds
+    ping_since_sent: list[float] = field(default_factory=list)  # first ping after the call was sent
     no_ping: int = 0  # sessions that saw no ping within PING_WITHIN of the answer
     failures: int = 0
     first_failure: str = ""
@@ -264,6 +265,7 @@ async def after_reap(env: Env, page: str, reps: int) -> tuple[ReapRow, ReapRow]:
                 opens = cc.get_opens
                 reaped = await wait_reaped(router, cc.session_id or "")
                 await asyncio.sleep(SETTLE)
+                sent = time.perf_counter()
                 try:
                     _, dt = await cc.call("browser_click", element=CLICK, target=ref)
                 except CallError as exc:
@@ -277,6 +279,7 @@ async def after_reap(env: Env, page: str, reps: int) -> tuple[ReapRow, ReapRow]:
                     resumed.no_ping += 1
                 else:
                     resumed.ping_after.append(max(0.0, ping - answered))  # 0: it came during the call
+                    resumed.ping_since_sent.append(ping - sent)
                 resumed.get_reopens += cc.get_opens - opens
             finally:
                 await cc.close()
@@ -287,15 +290,16 @@ async def after_reap(env: Env, page: str, reps: int) -> tuple[ReapRow, ReapRow]:
 
 
 async def direct_clicks(direct: Target, page: str, reps: int) -> ReapRow:
-    row = ReapRow("direct worker, steady click", note="the reference: Playwright MCP alone never pauses a browser")
-    cc = CcSession(direct.endpoint)
-    try:
-        ref = await open_page(cc, page)
-        for _ in range(reps):
+    """Like the router's no-pause row: each a new conversation's first click after its snapshot."""
+    row = ReapRow("direct worker, first click of a conversation", note="the reference: Playwright MCP alone")
+    for _ in range(reps):
+        cc = CcSession(direct.endpoint)
+        try:
+            ref = await open_page(cc, page)
             _, dt = await cc.call("browser_click", element=CLICK, target=ref)
             row.calls.append(dt)
-    finally:
-        await cc.close()
+        finally:
+            await cc.close()
     return row
 
 
@@ -369,7 +373,10 @@ def tables(r: HandshakeResults) -> list[str]:
         fail = f"{reap.failures} ({reap.first_failure})" if reap.failures else "0"
         if reap.ping_after or reap.no_ping:
             pings = (
-                f"{statistics.median(reap.ping_after):.2f} / {max(reap.ping_after):.2f}" if reap.ping_after else "—"
+                f"{statistics.median(reap.ping_after):.2f} / {max(reap.ping_after):.2f} "
+                f"({statistics.median(reap.ping_since_sent):.2f} after the call was sent)"
+                if reap.ping_after
+                else "—"
             ) + (f"; none within {PING_WITHIN:.0f} s in {reap.no_ping}" if reap.no_ping else "")
             reopens = str(reap.get_reopens)
         else:
@@ -411,7 +418,7 @@ def goals(r: HandshakeResults) -> list[Goal]:
             pct(resumed.calls, 50) / 1000 if resumed.calls else None,
             1.5,
             unit=" s",
-            note=f"direct steady click: {_ms(r.direct_click.calls)} ms{fails}",
+            note=f"direct worker's click: {_ms(r.direct_click.calls)} ms{fails}",
         )
     )
     worst: float | None = max(resumed.ping_after) if resumed.ping_after else None
