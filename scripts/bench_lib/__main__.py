@@ -18,8 +18,9 @@ from types import FrameType
 
 from bench_lib import handshakes, profile, report
 from bench_lib import measure as m
+from bench_lib.client import McpSession
 from bench_lib.page import serve_page
-from bench_lib.procs import Registry
+from bench_lib.procs import Registry, rss_kib
 from bench_lib.targets import (
     Env,
     ensure_supergateway,
@@ -251,8 +252,8 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
         m.say(f"memory: idle (initialize-only) sessions {a.sessions} on a fresh router")
         # The router caps live workers at RAM / 600 MiB and hibernates the rest: lift the cap here.
         router = start_router(env, "router-idle", environ={"MCP_ROUTER_MAX_LIVE_WORKERS": str(max(a.sessions) + 10)})
-        sessions: list[m.McpSession] = []
-        base_rss = m.rss_kib(router.child.pid)
+        sessions: list[McpSession] = []
+        base_rss = rss_kib(router.child.pid)
         try:
             for level in a.sessions:
                 sessions += await m.open_sessions(router, level - len(sessions), None)
