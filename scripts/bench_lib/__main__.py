@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from bench_lib import handshakes, profile, report
+from bench_lib import handshakes, handshakes_report, profile, report
 from bench_lib import measure as m
 from bench_lib.client import McpSession
 from bench_lib.page import serve_page
@@ -244,8 +244,8 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
 
     if "handshakes" in a.only:
         hs = await handshakes.measure(env, page, reps=a.reps, at_once=a.handshakes_at_once, rounds=a.handshake_rounds)
-        out += [*handshakes.tables(hs), ""]
-        goals += handshakes.goals(hs)
+        out += [*handshakes_report.tables(hs), ""]
+        goals += handshakes_report.goals(hs)
 
     mem_rows: list[m.MemoryRow] = []
     if "memory" in a.only:
