@@ -16,10 +16,11 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from bench_lib import handshakes, handshakes_report, profile, report
 from bench_lib import measure as m
-from bench_lib import profile, report
+from bench_lib.client import McpSession
 from bench_lib.page import serve_page
-from bench_lib.procs import Registry
+from bench_lib.procs import Registry, rss_kib
 from bench_lib.targets import (
     Env,
     ensure_supergateway,
@@ -62,7 +63,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="also run py-spy on the router during a routed loop (default 15 s)",
     )
     p.add_argument("--profile-path", default=REC, help="which router to profile (a variant's label)")
-    p.add_argument("--only", default="latency,init,memory,throughput", help="phases to run (comma-separated)")
+    p.add_argument(
+        "--only",
+        default="latency,init,handshakes,memory,throughput",
+        help="phases to run (comma-separated; `--only handshakes` alone takes 1–2 min)",
+    )
+    p.add_argument(
+        "--handshakes-at-once", type=int, default=20, help="concurrent Claude-Code-shaped handshakes (default 20)"
+    )
+    p.add_argument("--handshake-rounds", type=int, default=3, help="rounds of concurrent handshakes (default 3)")
     p.add_argument("--router-src", type=Path, help="run the router from this source tree (scratch copy)")
     p.add_argument("--router-arg", action="append", default=[], help="extra `mcp-router serve` flag (repeat)")
     p.add_argument(
@@ -233,13 +242,18 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
         if t is not None:
             env.registry.stop(t.child)
 
+    if "handshakes" in a.only:
+        hs = await handshakes.measure(env, page, reps=a.reps, at_once=a.handshakes_at_once, rounds=a.handshake_rounds)
+        out += [*handshakes_report.tables(hs), ""]
+        goals += handshakes_report.goals(hs)
+
     mem_rows: list[m.MemoryRow] = []
     if "memory" in a.only:
         m.say(f"memory: idle (initialize-only) sessions {a.sessions} on a fresh router")
         # The router caps live workers at RAM / 600 MiB and hibernates the rest: lift the cap here.
         router = start_router(env, "router-idle", environ={"MCP_ROUTER_MAX_LIVE_WORKERS": str(max(a.sessions) + 10)})
-        sessions: list[m.McpSession] = []
-        base_rss = m.rss_kib(router.child.pid)
+        sessions: list[McpSession] = []
+        base_rss = rss_kib(router.child.pid)
         try:
             for level in a.sessions:
                 sessions += await m.open_sessions(router, level - len(sessions), None)

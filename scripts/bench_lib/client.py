@@ -33,15 +33,27 @@ def _messages(response: httpx.Response) -> list[dict[str, Any]]:
 
 @dataclass
 class Endpoint:
-    """Where a target listens: URL and the Host header it wants."""
+    """Where a target listens: URL, the Host header it wants, and the router's token if it has one."""
 
     name: str
     url: str
     host: str | None = None
-    token: str | None = None  # the router's; older routers ignore the header
+    token: str | None = None
 
-    def auth(self) -> dict[str, str]:
-        return {"authorization": f"Bearer {self.token}"} if self.token else {}
+    @property
+    def base(self) -> str:
+        """The URL without the MCP path: where /healthz and /api/ live."""
+        return self.url.rsplit("/", 1)[0]
+
+    def headers(self) -> dict[str, str]:
+        """What every request to this target carries (MCP, /api/ and /healthz alike): the one place
+        for Host and Authorization."""
+        h: dict[str, str] = {}
+        if self.host:
+            h["host"] = self.host
+        if self.token:
+            h["authorization"] = f"Bearer {self.token}"
+        return h
 
 
 @dataclass
@@ -52,9 +64,7 @@ class McpSession:
     _ids: Any = field(default_factory=lambda: itertools.count(1))
 
     def _headers(self) -> dict[str, str]:
-        h = {"content-type": "application/json", "accept": ACCEPT, **self.endpoint.auth()}
-        if self.endpoint.host:
-            h["host"] = self.endpoint.host
+        h = {"content-type": "application/json", "accept": ACCEPT, **self.endpoint.headers()}
         if self.session_id:
             h["mcp-session-id"] = self.session_id
             h["mcp-protocol-version"] = VERSION

@@ -18,7 +18,7 @@ from bench_lib.targets import Target, healthz
 from workers.orphans import processes_for
 
 TOOLS = ("browser_snapshot", "browser_tabs", "browser_click")
-_BUTTON = re.compile(r'button "Press me" \[ref=(\w+)\]')
+BUTTON = re.compile(r'button "Press me" \[ref=(\w+)\]')
 
 
 def say(msg: str) -> None:
@@ -41,7 +41,7 @@ async def open_page(session: McpSession, page: str) -> str:
     await session.initialize()
     await session.call("browser_navigate", url=page)
     text, _ = await session.call("browser_snapshot")
-    found = _BUTTON.search(text)
+    found = BUTTON.search(text)
     if not found:
         raise CallError(f"{session.endpoint.name}: no button in snapshot: {text[:500]}")
     return found.group(1)

@@ -90,9 +90,12 @@ def router_argv(
     ]
     serve += env.router_args + extra
     src = src or env.router_src
+    entry = env.root / ".venv" / "bin" / "mcp-router"
+    if src is None and not entry.exists():
+        src = env.root  # a worktree without its own .venv: run this tree with the interpreter we run on
     if src is not None:
         return [sys.executable, "-m", "router.cli", *serve], {"PYTHONPATH": str(src)}
-    return [str(env.root / ".venv" / "bin" / "mcp-router"), *serve], {}
+    return [str(entry), *serve], {}
 
 
 def start_router(
@@ -128,9 +131,9 @@ def start_router(
 
 
 def healthz(target: Target) -> dict[str, object]:
-    url = target.endpoint.url.rsplit("/", 1)[0] + "/healthz"
+    url = target.endpoint.base + "/healthz"
     try:
-        data: dict[str, object] = httpx.get(url, headers=target.endpoint.auth(), timeout=2, trust_env=False).json()
+        data: dict[str, object] = httpx.get(url, headers=target.endpoint.headers(), timeout=2, trust_env=False).json()
         return data
     except (httpx.HTTPError, ValueError):
         return {}

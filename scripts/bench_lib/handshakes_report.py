@@ -1,0 +1,114 @@
+"""The handshakes phase's tables and goals (bench_lib/handshakes.py measures)."""
+
+from __future__ import annotations
+
+import statistics
+
+from bench_lib.handshakes import PING_WITHIN, HandshakeResults
+from bench_lib.measure import med_ms, pct
+from bench_lib.report import Goal
+
+
+def _ms(values: list[float], q: float = 50) -> str:
+    return f"{pct(values, q):.1f}" if values else "—"
+
+
+def tables(r: HandshakeResults) -> list[str]:
+    out = [
+        "### Handshakes of a Claude-Code-shaped client (`initialize` → `notifications/initialized` → GET "
+        "stream → `tools/list`; roots + elicitation declared; median of new conversations)",
+        "",
+        "| path | n | `initialize` ms | whole handshake ms | note |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for row in (r.direct, r.direct_cold, r.router_first, r.router_later):
+        out.append(f"| {row.label} | {len(row.init)} | {_ms(row.init)} | {_ms(row.total)} | {row.note} |")
+    out += [
+        "",
+        "### Handshakes at once (each client its own connection, as separate Claude Code processes would)",
+        "",
+        "| path | at once × rounds | `initialize` p50 ms | p95 ms | whole handshake p50 ms | p95 ms | errors "
+        "| worker processes left |",
+        "|---|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for c in (r.routed_at_once, r.direct_at_once):
+        err = f"{c.errors} ({c.first_error})" if c.errors else "0"
+        left = "—" if c.workers_after is None else str(c.workers_after)
+        out.append(
+            f"| {c.label} | {c.at_once} × {c.rounds} | {_ms(c.init)} | {_ms(c.init, 95)} | {_ms(c.total)} "
+            f"| {_ms(c.total, 95)} | {err} | {left} |"
+        )
+    out += [
+        "",
+        "### First call after a reap (navigate + snapshot, pause until the worker is gone, "
+        "`browser_click` on the ref taken before the pause)",
+        "",
+        "| path | n | `browser_click` p50 ms | max ms | failures | first ping after the answer, s (median / max) "
+        "| GET stream reopened | note |",
+        "|---|---:|---:|---:|---|---|---:|---|",
+    ]
+    for reap in (r.resumed, r.steady, r.direct_click):
+        fail = f"{reap.failures} ({reap.first_failure})" if reap.failures else "0"
+        if reap.ping_after or reap.no_ping:
+            pings = (
+                f"{statistics.median(reap.ping_after):.2f} / {max(reap.ping_after):.2f} "
+                f"({statistics.median(reap.ping_since_sent):.2f} after the call was sent)"
+                if reap.ping_after
+                else "—"
+            ) + (f"; none within {PING_WITHIN:.0f} s in {reap.no_ping}" if reap.no_ping else "")
+            reopens = str(reap.get_reopens)
+        else:
+            pings = reopens = "—"
+        out.append(
+            f"| {reap.label} | {len(reap.calls)} | {_ms(reap.calls)} | {_ms(reap.calls, 100)} | {fail} | {pings} "
+            f"| {reopens} | {reap.note} |"
+        )
+    return out
+
+
+def goals(r: HandshakeResults) -> list[Goal]:
+    out: list[Goal] = []
+    d_init = med_ms(r.direct.init) if r.direct.init else None
+    cold = med_ms(r.router_first.init) if r.router_first.init else None
+    out.append(
+        Goal(
+            "router `initialize`, just started, no pool ÷ direct `initialize`",
+            None if cold is None or not d_init else cold / d_init,
+            1.5,
+            note="" if cold is None or d_init is None else f"{cold:.1f} ms vs {d_init:.1f} ms",
+        )
+    )
+    c = r.routed_at_once
+    out.append(
+        Goal(
+            f"{c.at_once} concurrent `initialize` through the router, p50",
+            pct(c.init, 50) if c.init else None,
+            250,
+            unit=" ms",
+            note=f"direct worker: {_ms(r.direct_at_once.init)} ms" + (f"; {c.errors} errors" if c.errors else ""),
+        )
+    )
+    resumed = r.resumed
+    fails = f"; {resumed.failures} of {len(resumed.calls) + resumed.failures} failed" if resumed.failures else ""
+    out.append(
+        Goal(
+            "first call after a reap, p50 (Claude-Code-shaped client)",
+            pct(resumed.calls, 50) / 1000 if resumed.calls else None,
+            1.5,
+            unit=" s",
+            note=f"direct worker's click: {_ms(r.direct_click.calls)} ms{fails}",
+        )
+    )
+    worst: float | None = max(resumed.ping_after) if resumed.ping_after else None
+    if resumed.no_ping:
+        worst = float("inf")
+    out.append(
+        Goal(
+            "pings resumed after the resumed call's answer (worst session)",
+            worst,
+            5.0,
+            unit=" s",
+            note=f"no ping within {PING_WITHIN:.0f} s in {resumed.no_ping} sessions" if resumed.no_ping else "",
+        )
+    )
+    return out
