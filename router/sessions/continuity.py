@@ -115,24 +115,48 @@ class Continuity:
             worker = await self.admission.spawn(session.id)
         spawned = time.monotonic()
         connection = connection or WorkerConnection(worker)
+        replay = ControlSession(connection.client, worker.url, worker.host_header)
+        control = control or ControlSession(connection.client, worker.url, worker.host_header)
+        worker_session_id = ""
         restored = False
-        try:
-            replay = ControlSession(connection.client, worker.url, worker.host_header)
-            worker_session_id = await replay.open(session.initialize_params or None)
-            if control is None:
-                control = ControlSession(connection.client, worker.url, worker.host_header)
-                await control.open()
-            self._learn_handshake(session, replay, control)
+        failures: list[ControlError] = []
+        handshake = restore_started = spawned
+
+        async def replay_handshake() -> None:
+            nonlocal worker_session_id, handshake
+            try:
+                worker_session_id = await replay.open(session.initialize_params or None)
+            except ControlError as exc:
+                failures.append(exc)
             handshake = time.monotonic()
+
+        async def bring_back_the_browser() -> None:
+            # Beside the handshake, not after it: the browser launch is most of a resume.
+            nonlocal restored, restore_started
+            try:
+                if control.session_id is None:
+                    await control.open()
+            except ControlError as exc:
+                failures.append(exc)
+                return
+            restore_started = time.monotonic()
             if session.browser_used:
                 try:
                     restored = await self._restore(session, control, worker)
                 except ControlError as exc:  # a page without its cookies beats no page at all
                     log.warning("state restore failed session=%s: %s", session.id, exc)
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(replay_handshake)
+                tg.start_soon(bring_back_the_browser)
+            if failures:
+                raise failures[0]
+            self._learn_handshake(session, replay, control)
         except ControlError as exc:
             await connection.aclose()
-            self.admission.release(session.id)
-            await self.supervisor.stop(session.id)
+            self.admission.release(worker.session_id)
+            await self.supervisor.stop(worker.session_id)
             session.crashed_at = time.monotonic()
             raise WorkerUnreachable(
                 f"Could not start the session's browser worker: {exc}",
@@ -153,7 +177,7 @@ class Continuity:
             "worker attached session=%s reason=%s port=%d pid=%d restored=%s ms=%.0f spawn_ms=%.0f "
             "handshake_ms=%.0f restore_ms=%.0f",
             session.id, reason or "first-use", worker.port, worker.pid, restored, (done - started) * 1000,
-            (spawned - started) * 1000, (handshake - spawned) * 1000, (done - handshake) * 1000,
+            (spawned - started) * 1000, (handshake - spawned) * 1000, (done - restore_started) * 1000,
         )  # fmt: skip
         return replay.initialize_result
 
@@ -230,8 +254,11 @@ class Continuity:
                 except ControlError as exc:
                     log.info("re-loading for refs failed session=%s: %s", session.id, exc)
                     break
-        with contextlib.suppress(ControlError):
-            await control.call("browser_snapshot")
+        if len(tabs) > 1:
+            # The current tab was selected, not loaded last: its snapshot makes the refs. (A
+            # navigation takes one by itself, and refs belong to the page, not to a session.)
+            with contextlib.suppress(ControlError):
+                await control.call("browser_snapshot")
         return True
 
     async def renew(self, session: Session) -> str:
@@ -244,6 +271,7 @@ class Continuity:
                 await connection.aclose()
                 if self.recorder is not None:
                     await self.recorder.flush()  # the recorder reads the output dir's files first
+                await self.end_worker(session, connection.worker)
             await self.supervisor.stop(session.id)
             await self.supervisor.forget(session.id)  # profile and saved state: cookies, storage
             session.browser_used = False
@@ -291,6 +319,8 @@ class Continuity:
     def detach(self, session: Session, state: State) -> WorkerConnection | None:
         """Synchronous, so nobody can pick the same session between the check and the change."""
         connection, session.connection = session.connection, None
+        if connection is not None:
+            self.admission.release(connection.worker.session_id)  # a warm worker's slot is its own
         session.worker_session_id = None
         session.control = None
         session.asked.clear()
@@ -324,13 +354,21 @@ class Continuity:
             await connection.aclose()
             if self.recorder is not None:
                 await self.recorder.flush()  # the recorder reads the output dir's files first
-            await self.supervisor.stop(session.id)
-            statefiles.clear_output(connection.worker.output_dir)
+            await self.end_worker(session, connection.worker)
             statefiles.write_session_file(self.layout.session_dir(session.id), statefiles.session_record(session))
         if self.metrics is not None:
             self.metrics.ended(state.value)
         log.info("session dormant session=%s reason=%s", session.id, state.value)
         return True
+
+    async def end_worker(self, session: Session, worker: Worker) -> None:
+        """Ends a worker the session no longer has. One taken from the warm pool lived under its
+        own id: its directory goes with it (the session's saved state is under the session's)."""
+        await self.supervisor.stop(worker.session_id)
+        if worker.session_id != session.id:
+            await self.supervisor.forget(worker.session_id)
+        else:
+            statefiles.clear_output(worker.output_dir)
 
     async def save(self, session: Session, connection: WorkerConnection, control: ControlSession | None) -> None:
         """Storage state and tab URLs to ``state.json`` through the control session."""

@@ -205,10 +205,11 @@ class SessionManager:
         params = initialize.params
         version = params.get("protocolVersion")
         cached = self.handshakes.get(version) if isinstance(version, str) else None
-        warm = self.pool.take()
+        # A warm worker is taken by the first request that needs a worker, not by the handshake.
+        warm = self.pool.take() if cached is None else None
         if warm is None and cached is None:
             self.admission.check_spawning()
-        session = self.sessions.create(response_mode, session_id=None if warm is None else warm.id)
+        session = self.sessions.create(response_mode)
         session.state = State.NEW
         session.budget = self._new_budget()
         session.initialize_params = dict(params)
@@ -279,6 +280,7 @@ class SessionManager:
             session.control = None
             session.worker_switched()
             if connection is not None:
+                self.admission.release(connection.worker.session_id)
                 if state is State.CLOSED and session.worker_session_id is not None:
                     await connection.delete_session(session.worker_session_id)
                 await connection.aclose()
@@ -286,6 +288,8 @@ class SessionManager:
                 self.recorder.session_state(session.id, RECORD_STATE[state])
                 # The worker's snapshot files are read by the recorder; let it finish before they go.
                 await self.recorder.flush()
+            if connection is not None and connection.worker.session_id != session.id:
+                await self.supervisor.forget(connection.worker.session_id)  # a warm worker it had taken
             await self.supervisor.stop(session.id)
             await self.supervisor.forget(session.id)
             self.admission.release(session.id)  # a resume that raced us may have taken it again
@@ -383,7 +387,15 @@ class SessionManager:
                 previous = session.state
                 if previous in (State.CRASHED, State.DEGRADED):
                     await self.upkeep.restart_allowed(session)
-                await self.continuity.attach(session, reason=RESUME_REASONS.get(previous))
+                # A warm worker, if one is ready: its node is up and its browser launched.
+                warm = self.pool.take()
+                if warm is not None:
+                    await self.continuity.attach(
+                        session, worker=warm.worker, control=warm.control, connection=warm.connection,
+                        reason=RESUME_REASONS.get(previous),
+                    )  # fmt: skip
+                else:
+                    await self.continuity.attach(session, reason=RESUME_REASONS.get(previous))
                 return True
         return False
 
@@ -391,7 +403,8 @@ class SessionManager:
         """The worker refused a connection: treat it as crashed (restart budget) and resume."""
         if session.connection is connection:
             self.continuity.crashed(session)
-            await self.supervisor.stop(session.id)  # its exit fully handled before a respawn
+            # Its exit fully handled before a respawn.
+            await self.continuity.end_worker(session, connection.worker)
         await self.ensure_worker(session)
         if session.connection is None:
             raise WorkerUnreachable("Worker not available for this session")

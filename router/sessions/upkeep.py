@@ -132,11 +132,11 @@ class Upkeep:
     # -- supervision -----------------------------------------------------------------------------
 
     def _worker_exited(self, worker: Worker, returncode: int) -> None:
-        session = self.sessions.get(worker.session_id)
-        if session is None or worker.stopping:
+        if worker.stopping:
             return
-        connection = session.connection
-        if connection is None or connection.worker is not worker:
+        # Usually under the session's id; a worker taken from the warm pool keeps its own.
+        session = next((s for s in self.sessions.with_worker() if s.connection and s.connection.worker is worker), None)
+        if session is None:
             return
         log.warning(
             "worker exited session=%s pid=%d code=%s stderr=%r",
@@ -162,7 +162,7 @@ class Upkeep:
         if session.health_failures >= HEALTH_FAILURES:
             log.warning("worker failed %d health checks session=%s; restarting", HEALTH_FAILURES, session.id)
             self.continuity.crashed(session)
-            await self.supervisor.stop(session.id)
+            await self.continuity.end_worker(session, connection.worker)
 
     async def _reap_idle(self) -> None:
         tick = min(REAP_TICK_MAX, max(self.idle_timeout / 4, 0.05))
@@ -187,6 +187,7 @@ class Upkeep:
                 if (
                     self.sessions.get(path.name) is None
                     and not self._owns_directory(path.name)  # a warm worker's directory has no session file
+                    and self.supervisor.get(path.name) is None  # nor has a warm worker a session took
                     and statefiles.last_active(path) < cutoff
                 ):
                     await self.supervisor.forget(path.name)

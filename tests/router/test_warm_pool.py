@@ -31,7 +31,7 @@ def router_loop_call(router: RouterThread, coro: Any) -> Any:
     return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout=30)
 
 
-def test_initialize_takes_a_warm_worker_and_the_pool_refills(state_dir: Path) -> None:
+def test_the_first_call_takes_a_warm_worker_and_the_pool_refills(state_dir: Path) -> None:
     with RouterThread(router_settings(state_dir, warm_workers=1)) as router, RawClient(router.url) as c:
         [pooled] = ready(router)
         worker = router.manager.supervisor.get(pooled)
@@ -40,11 +40,12 @@ def test_initialize_takes_a_warm_worker_and_the_pool_refills(state_dir: Path) ->
         assert processes_for(state_dir, pooled)
 
         c.initialize()
-        assert c.session_id == pooled  # the session took the warm worker's id...
-        me = whoami(c)
-        assert me["pid"] == spawned_before  # ...and the worker that was running before initialize
+        # The handshake takes nothing: a session that never browses leaves the pool alone.
+        assert c.session_id != pooled and router.manager.pool.ready_ids() == [pooled]
+        me = whoami(c)  # the first call takes the warm worker, running since before initialize
+        assert me["pid"] == spawned_before
         assert me["port"] == worker.port == derive_port(pooled)
-        session = router.manager.sessions.get(pooled)
+        session = router.manager.sessions.get(c.session_id)
         assert session is not None and session.state is State.LIVE
 
         # The pool refills in the background with a new id; the session keeps its worker.
@@ -53,6 +54,7 @@ def test_initialize_takes_a_warm_worker_and_the_pool_refills(state_dir: Path) ->
         assert router.app.state.metrics.render().count(b"mcp_router_warm_workers 1.0") == 1
         assert c.delete().status_code == 200
         wait_for(lambda: not processes_for(state_dir, pooled), timeout=10)
+        assert not (state_dir / "sessions" / pooled).exists()  # the taken worker's files went with it
         assert router.manager.supervisor.get(refill) is not None
 
 
@@ -60,10 +62,10 @@ def test_second_initialize_without_a_ready_worker_spawns_cold(state_dir: Path) -
     settings = router_settings(state_dir, warm_workers=1)
     with RouterThread(settings) as router, RawClient(router.url) as a, RawClient(router.url) as b:
         [pooled] = ready(router)
-        router.manager.pool.size = 0  # no refill: the next initialize must spawn
+        router.manager.pool.size = 0  # no refill: the next first call must spawn
         a.initialize()
         b.initialize()
-        assert a.session_id == pooled
+        assert whoami(a)["port"] == derive_port(pooled)
         assert b.session_id not in (None, pooled)
         assert whoami(b)["port"] == derive_port(b.session_id or "")
         a.delete()
@@ -93,17 +95,18 @@ def test_dead_warm_worker_is_replaced_not_handed_out(state_dir: Path) -> None:
 
 
 def test_warm_workers_count_toward_the_cap_and_go_first(state_dir: Path) -> None:
-    """Cap 2, pool 1: a session resuming while a session and a warm worker hold both slots ends
-    the warm worker, not the live session."""
+    """Cap 2, pool 1: a session resuming while a session and a warm worker hold both slots takes
+    the warm worker; the live session is not hibernated."""
     settings = router_settings(state_dir, warm_workers=1, max_live_workers=2, idle_timeout=600)
     with RouterThread(settings) as router, RawClient(router.url) as a, RawClient(router.url) as b:
         manager = router.manager
         ready(router)
         a.initialize()
-        a.text("remember", key="k", value="a")
+        a.text("remember", key="k", value="a")  # takes the warm worker
         wait_for(lambda: len(manager.pool.ready_ids()) == 1)  # refilled: a + warm = the cap
         assert len(manager.admission) == 2
-        b.initialize()  # takes the warm worker; the pool cannot refill (cap reached)
+        b.initialize()
+        b.start_worker()  # takes the warm worker; the pool cannot refill (cap reached)
         time.sleep(1.5)
         assert manager.pool.ready_ids() == []
         assert len(manager.admission) == 2
@@ -113,10 +116,10 @@ def test_warm_workers_count_toward_the_cap_and_go_first(state_dir: Path) -> None
         [warm] = wait_for(lambda: manager.pool.ready_ids())  # a's slot went to a new warm worker
         assert len(manager.admission) == 2
 
-        assert whoami(a)["pid"]  # a resumes on a new worker: the warm worker makes room
+        warm_pid = manager.supervisor.get(warm).pid
+        assert whoami(a)["pid"] == warm_pid  # a resumes on the warm worker
         assert manager.sessions.get(a.session_id).state is State.LIVE
         assert manager.sessions.get(b.session_id).state is State.LIVE  # b was not hibernated
-        wait_for(lambda: not processes_for(state_dir, warm), timeout=10)
         assert warm not in manager.pool.ready_ids()
         assert len(manager.admission) == 2
         a.delete()
