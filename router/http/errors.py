@@ -14,6 +14,7 @@
     ├── MisdirectedRequest         421   -32600 Host not allowed (DNS rebinding)
     ├── WorkerUnreachable          502   -32603 the worker did not answer
     └── ServiceUnavailable         503   -32603 cannot spawn, at capacity, degraded (Retry-After)
+        └── TooManyRequests        429   -32603 new sessions arriving faster than the limit (Retry-After)
 
 Never 404 for a spawn or routing failure: clients treat 404 as "session gone" and re-initialize.
 """
@@ -139,3 +140,7 @@ class ServiceUnavailable(RouterError):
         self, message: str, *, data: Any = None, retry_after: int = 5, request_id: JsonRpcId = None
     ) -> None:
         super().__init__(message, data=data, headers={"Retry-After": str(retry_after)}, request_id=request_id)
+
+
+class TooManyRequests(ServiceUnavailable):
+    status = 429

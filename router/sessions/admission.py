@@ -126,3 +126,23 @@ class Admission:
         if self.metrics is not None:
             self.metrics.spawned(time.monotonic() - started)
         return worker
+
+
+class RateLimit:
+    """A token bucket: ``rate`` a second on average, up to ``burst`` at once."""
+
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.clock = clock
+        self._tokens = float(burst)
+        self._at = clock()
+
+    def take(self) -> bool:
+        now = self.clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True

@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
-from router.http.errors import ServiceUnavailable, SessionNotFound, WorkerUnreachable
+from router.http.errors import ServiceUnavailable, SessionNotFound, TooManyRequests, WorkerUnreachable
 from router.http.messages import ClientMessage
 from router.http.proxy import WorkerConnection
 from router.layout import StateLayout
 from router.sessions import statefiles
-from router.sessions.admission import Admission
+from router.sessions.admission import Admission, RateLimit
 from router.sessions.continuity import RESUME_REASONS, Continuity
 from router.sessions.control import ControlError
 from router.sessions.handshake import HandshakeCache, fill_cache
@@ -50,6 +50,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("mcp_router.sessions")
 
 FULL_RETRY_AFTER: Final = 10
+# New sessions cost the router nothing until they browse, but each one is remembered until the
+# retention ends it: a flood of handshakes must not crowd out the sessions that are in use.
+INITIALIZE_RATE: Final = 50.0  # a second, on average
+INITIALIZE_BURST: Final = 200  # Claude Code starting many conversations and subagents at once
+RATE_RETRY_AFTER: Final = 1
 SHUTDOWN_SAVE_BUDGET: Final = 5.0  # all sessions' state saves at SIGTERM, together
 DEFAULT_RETENTION: Final = 24 * 3600.0
 # A new worker's first request waits this long at most for the client's GET stream to be joined
@@ -90,6 +95,7 @@ class SessionManager:
         self.stopping = anyio.Event()  # set when the router begins shutting down
         self._loop: asyncio.AbstractEventLoop | None = None
         self.admission = Admission(supervisor, max_live_workers=max_live_workers, metrics=metrics)
+        self.initialize_rate = RateLimit(INITIALIZE_RATE, INITIALIZE_BURST)
         self.continuity = Continuity(
             supervisor=supervisor,
             admission=self.admission,
@@ -197,6 +203,8 @@ class SessionManager:
         """A new session and the ``initialize`` result to answer with: from the handshake cache
         with no worker yet, or from a worker (a warm one, or spawned now when the cache cannot
         answer this protocol version)."""
+        if not self.initialize_rate.take():
+            raise TooManyRequests("Too many new sessions at once; retry shortly", retry_after=RATE_RETRY_AFTER)
         if len(self.sessions.live()) >= self.max_sessions and not await self._evict_dormant():
             raise ServiceUnavailable(
                 f"Too many sessions ({self.max_sessions}); retry later or end a session",
@@ -319,16 +327,17 @@ class SessionManager:
         return await self.continuity.renew(session)
 
     async def _evict_dormant(self) -> bool:
-        """Makes room among known ids by ending the longest-dormant session for good: one that
-        never used a browser first (a health check's or a conversation's that never browsed)."""
+        """Makes room among known ids by ending, for good, the longest-idle session that never had
+        a worker (a health check's, or a handshake nobody followed up). A session that ever had
+        a browser is never ended to make room for another client's: it only ever sleeps."""
         now = time.monotonic()
-        dormant = [
+        unused = [
             s for s in self.sessions.live()
-            if s.dormant or (s.state is State.NEW and s.idle_for(now) >= self.upkeep.idle_timeout)
+            if s.state is State.NEW and not s.browser_used and s.idle_for(now) >= self.upkeep.idle_timeout
         ]  # fmt: skip
-        if not dormant:
+        if not unused:
             return False
-        await self.end(min(dormant, key=lambda s: (s.browser_used, s.last_activity)), State.CLOSED)
+        await self.end(min(unused, key=lambda s: s.last_activity), State.CLOSED)
         return True
 
     async def _hibernate_least_recent(self, for_id: str) -> bool:
