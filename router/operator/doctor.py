@@ -30,6 +30,7 @@ from router.http.auth import WeakToken, read_token, token_path
 from router.layout import StateLayout
 from router.record import schema
 from router.settings import Settings
+from router.state_lock import lock_status
 from workers.spec import default_cli_path, sandbox_possible
 
 NODE_MIN: Final = 18
@@ -213,6 +214,15 @@ def check_port(host: str, port: int) -> Check:
                  "stop what uses it, or choose another with --port / MCP_ROUTER_PORT")
 
 
+def check_state_lock(state_dir: Path) -> Check:
+    """Which router, if any, holds the state directory: a second one there would refuse to start."""
+    status = lock_status(state_dir)
+    if status.held:
+        return Check(True, f"a running router holds {state_dir} (pid {status.pid})",
+                     "a second `serve` on this state dir refuses to start; stop this one first", warning=True)
+    return Check(True, f"no router holds {state_dir}")
+
+
 def unit_path() -> Path:
     config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(config) / "systemd" / "user" / UNIT_NAME
@@ -238,6 +248,7 @@ def run_checks(settings: Settings, *, progress: Callable[[Check], None] | None =
         lambda: check_state_dir(state_dir),
         lambda: check_private_state(state_dir),
         lambda: check_token(state_dir, settings.auth),
+        lambda: check_state_lock(state_dir),
         lambda: check_database(state_dir),
         lambda: check_port(settings.host, settings.port),
         check_unit,

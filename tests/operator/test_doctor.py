@@ -167,3 +167,14 @@ def test_old_node_warns_and_too_old_fails(tmp_path: Path, monkeypatch: pytest.Mo
         check = doctor.check_node()
         assert (check.ok, check.warning) == (ok, warning), check
         assert check.line().startswith("!" if warning else "✓" if ok else "✗")
+
+
+def test_doctor_tells_whether_a_router_holds_the_state_dir(tmp_path: Path) -> None:
+    from router.operator.doctor import check_state_lock
+    from router.state_lock import StateLock
+
+    assert "no router holds" in check_state_lock(tmp_path).message
+    with StateLock(tmp_path):
+        held = check_state_lock(tmp_path)
+        assert held.ok and held.warning and f"pid {os.getpid()}" in held.message
+    assert "no router holds" in check_state_lock(tmp_path).message

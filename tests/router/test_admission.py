@@ -76,3 +76,16 @@ def test_delete_during_a_resume_after_a_crash_frees_the_slot(state_dir: Path) ->
         assert b.text("echo", text="room") == "room"
         assert len(router.manager.admission) == 1
         b.delete()
+
+
+def test_an_answer_past_the_event_limit_fails_that_call_only(state_dir: Path) -> None:
+    """A 17 MiB answer event: the call gets a clear JSON-RPC error, the session and others go on."""
+    with RouterThread(router_settings(state_dir)) as router, RawClient(router.url) as a, RawClient(router.url) as b:
+        a.initialize()
+        b.initialize()
+        answer = a.call("big", size=17 * 1024 * 1024)
+        assert "error" in answer and "too large" in answer["error"]["message"], str(answer)[:300]
+        assert b.text("echo", text="unaffected") == "unaffected"
+        assert a.text("echo", text="and on") == "and on"
+        a.delete()
+        b.delete()
