@@ -82,9 +82,10 @@ def test_dashboard_follows_a_live_session_and_ends_it(pw_router: RouterThread, p
         row = page.locator(f'tr[data-session-id="{c.session_id}"]')
         expect(row).to_be_visible()  # appears without a reload
         expect(row).to_contain_text("dashboard-client")
-        expect(row).to_contain_text("live")
+        expect(row).to_contain_text("new")  # answered by the router: no worker until it browses
 
         c.text("browser_navigate", url=f"{pages}/")
+        expect(row).to_contain_text("live")
         snapshot = c.text("browser_snapshot")
         c.text("browser_click", target=find_ref(snapshot, "Click me"), element="Click me button")
         c.text("browser_take_screenshot")
@@ -171,7 +172,7 @@ def test_session_view_shows_why_it_resumed_and_the_kept_files(pw_router: RouterT
     (state / "files" / "dash-ref").mkdir(parents=True)
     (state / "files" / "dash-ref" / "page.pdf").write_bytes(b"%PDF kept")
 
-    page.goto(f"http://127.0.0.1:{pw_router.port}/ui/")
+    sign_in(page, pw_router)
     page.locator('tr[data-session-id="dash-resumed"]').click()
     expect(page.locator("#session-meta")).to_contain_text("resumed after a router restart")
     expect(page.locator('#calls tr.event[data-kind="resumed"]')).to_contain_text("resumed after a router restart")

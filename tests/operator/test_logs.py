@@ -44,7 +44,8 @@ def test_json_log_lines_tell_the_story_of_a_session(state_dir: Path) -> None:
     assert any(line["msg"].startswith("session opened") for line in mine)
     assert any(line["msg"].startswith("session ended") for line in mine)
     calls = [line for line in mine if line["logger"] == "mcp_router.calls"]
-    assert len(calls) == 2
+    assert [c["tool"] for c in calls] == ["whoami", "echo", "echo"]  # one line per client call
+    assert any(line["msg"].startswith("worker attached") for line in mine)
     call = next(line for line in calls if line["ref_id"] == ref_id)
     assert call["tool"] == "echo" and call["status"] == "success" and call["duration_ms"] >= 0
     # The router's own requests to the worker are not a line each.
