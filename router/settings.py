@@ -51,6 +51,9 @@ class Settings(BaseSettings):
     max_live_workers: int = Field(default_factory=default_max_live_workers)
     # Workers spawned ahead of demand, browser launched (router/pool.py); 0 keeps spawning lazy.
     warm_workers: int = Field(default=0, ge=0)
+    # Warm workers kept ready while browsed sessions sleep, so a conversation's next call after a
+    # pause takes a browser that is already up (router/sessions/manager.py); 0 turns it off.
+    resume_reserve: int = Field(default=1, ge=0)
     session_retention_hours: float = 24.0  # a dormant session stays resumable this long
     health_interval: float = 30.0
     max_restarts: int = 3  # per session, within restart_window seconds

@@ -39,6 +39,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--session-retention-hours", type=float, help="how long a dormant session stays resumable")
     p.add_argument("--retention-days", type=float, help="how long the record keeps calls")
     p.add_argument("--warm-workers", type=int, help="workers kept spawned ahead of demand, browser launched")
+    p.add_argument(
+        "--resume-reserve", type=int, help="warm workers kept while browsed sessions sleep (default 1; 0: off)"
+    )
     p.add_argument("--browser", help="path of the Chromium binary")
     p.add_argument("--headed", dest="headless", action="store_const", const=False, default=None)
     p.add_argument("--viewport", help="e.g. 1280x720")

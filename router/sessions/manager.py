@@ -55,6 +55,8 @@ FULL_RETRY_AFTER: Final = 10
 INITIALIZE_RATE: Final = 50.0  # a second, on average
 INITIALIZE_BURST: Final = 200  # Claude Code starting many conversations and subagents at once
 RATE_RETRY_AFTER: Final = 1
+WARM_WAIT: Final = 10.0  # no longer than a cold spawn and browser launch under load take
+RESERVE_WINDOW: Final = 3600.0  # a conversation quiet for longer is not coming back soon
 SHUTDOWN_SAVE_BUDGET: Final = 5.0  # all sessions' state saves at SIGTERM, together
 DEFAULT_RETENTION: Final = 24 * 3600.0
 # A new worker's first request waits this long at most for the client's GET stream to be joined
@@ -78,6 +80,7 @@ class SessionManager:
         budget: tuple[int, float, tuple[float, ...]] = (3, 300.0, (1.0, 2.0, 4.0)),
         metrics: Metrics | None = None,
         warm_workers: int = 0,
+        resume_reserve: int = 0,
         probe_handshake: bool = True,
     ) -> None:
         self.supervisor = supervisor
@@ -105,8 +108,13 @@ class SessionManager:
             metrics=metrics,
             start_soon=self._start_soon,
         )
+        self.resume_reserve = max(0, resume_reserve)
         self.pool = WarmPool(
-            admission=self.admission, supervisor=supervisor, size=warm_workers, start_soon=self._start_soon
+            admission=self.admission,
+            supervisor=supervisor,
+            size=warm_workers,
+            start_soon=self._start_soon,
+            extra_demand=self._reserve_demand,
         )
         self.upkeep = Upkeep(
             sessions=self.sessions,
@@ -136,6 +144,18 @@ class SessionManager:
     def idle_timeout(self, seconds: float) -> None:
         self.upkeep.idle_timeout = seconds
 
+    def _reserve_demand(self) -> int:
+        """Warm workers wanted for resumes: while a session that browsed sleeps (reaped, crashed,
+        hibernated, a previous run's) and went quiet within the window, the next call of such a
+        conversation, after a pause for reading or thinking, takes a browser that is already up."""
+        if not self.resume_reserve:
+            return 0
+        cutoff = time.time() - RESERVE_WINDOW
+        waiting = sum(
+            1 for s in self.sessions.live() if s.dormant and s.browser_used and s.last_activity >= cutoff
+        )  # fmt: skip
+        return min(self.resume_reserve, waiting)
+
     def _owns_directory(self, worker_id: str) -> bool:
         """A worker directory with no session file that is not litter: a warm worker's, the probe's."""
         return self.pool.owns(worker_id) or worker_id == self._probe_id
@@ -150,7 +170,7 @@ class SessionManager:
         self._loop = asyncio.get_running_loop()
         self.stopping = anyio.Event()
         async with self.upkeep.run():
-            if self.pool.size:
+            if self.pool.size or self.resume_reserve:
                 self._start_soon(self.pool.refill)
             if self.probe_handshake and not self.handshakes.versions() >= HANDSHAKE_VERSIONS:
                 self._start_soon(self._probe_handshakes)
@@ -396,8 +416,8 @@ class SessionManager:
                 previous = session.state
                 if previous in (State.CRASHED, State.DEGRADED):
                     await self.upkeep.restart_allowed(session)
-                # A warm worker, if one is ready: its node is up and its browser launched.
-                warm = self.pool.take()
+                # A warm worker, if one is ready or nearly: its node is up, its browser launched.
+                warm = await self.pool.take_soon(WARM_WAIT)
                 if warm is not None:
                     await self.continuity.attach(
                         session, worker=warm.worker, control=warm.control, connection=warm.connection,

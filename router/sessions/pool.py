@@ -75,11 +75,15 @@ class WarmPool:
         supervisor: Supervisor,
         size: int,
         start_soon: Callable[[Callable[[], Awaitable[Any]]], None],
+        extra_demand: Callable[[], int] = lambda: 0,
     ) -> None:
+        """``size`` workers always (``--warm-workers``); ``extra_demand()`` more while it asks
+        for them (the resume reserve: a dormant session will want one soon)."""
         self.admission = admission
         self.supervisor = supervisor
         self.start_soon = start_soon
         self.size = max(0, size)
+        self.extra_demand = extra_demand
         self._entries: dict[str, Pooled] = {}  # filling and ready, in the order they were started
         self._changed = anyio.Event()
         self._yielding = 0  # evictions in progress: a slot is on its way to a session, not to us
@@ -120,6 +124,19 @@ class WarmPool:
             self._start_soon_discard(entry)
         return None
 
+    async def take_soon(self, wait: float) -> Pooled | None:
+        """A ready worker, or the one being filled once it is ready (within ``wait``): a worker
+        whose node is up and whose browser is launching is nearer than a new spawn."""
+        entry = self.take()
+        if entry is not None:
+            return entry
+        filling = [e for e in self._entries.values() if not e.ready]
+        if not filling:
+            return None
+        with anyio.move_on_after(wait):
+            await filling[0].done.wait()
+        return self.take()
+
     # -- making room -----------------------------------------------------------------------------
 
     async def evict_one(self, for_id: str = "") -> bool:
@@ -157,11 +174,24 @@ class WarmPool:
                     await self._fill(entry)
                     continue
                 await self._keep_warm()
+                await self._trim()
                 with anyio.move_on_after(POLL):
                     await self._changed.wait()
                 self._changed = anyio.Event()
         finally:
             supervisor.remove_exit_listener(self._worker_exited)
+
+    def target(self) -> int:
+        return self.size + max(0, self.extra_demand())
+
+    async def _trim(self) -> None:
+        """Ends a ready worker nobody is expected to want any more (the reserve's demand went)."""
+        ready = [e for e in self._entries.values() if e.ready]
+        if len(self._entries) > self.target() and ready:
+            entry = ready[-1]
+            self._entries.pop(entry.id, None)
+            log.info("ending a warm worker no longer wanted id=%s", entry.id)
+            await self._discard(entry)
 
     async def close(self) -> None:
         """Shutdown: every pooled worker ended and its files deleted; nothing is left behind."""
@@ -181,7 +211,7 @@ class WarmPool:
     def _should_fill(self) -> bool:
         return (
             not self._stopping
-            and len(self._entries) < self.size
+            and len(self._entries) < self.target()
             and not self._yielding
             and self.admission.has_room()
             and time.monotonic() >= self._retry_at
@@ -223,7 +253,7 @@ class WarmPool:
             assert worker is not None
             log.info(
                 "warm worker ready id=%s port=%d pid=%d ms=%.0f pool=%d/%d",
-                entry.id, worker.port, worker.pid, (time.monotonic() - started) * 1000, len(self), self.size,
+                entry.id, worker.port, worker.pid, (time.monotonic() - started) * 1000, len(self), self.target(),
             )  # fmt: skip
 
     async def _keep_warm(self) -> None:

@@ -61,14 +61,18 @@ REF_RE: Final = re.compile(r"\[ref=([a-z0-9]+)\]")
 @pytest.fixture(scope="module")
 def reaping(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator[RouterThread]:
     """A router that reaps a worker after REAP_IDLE seconds without client requests."""
-    with playwright_router(tmp_path_factory.mktemp("cc-reap"), chromium, idle_timeout=REAP_IDLE) as router:
+    # As users run it: the resume reserve on (the default), so a conversation's call after a
+    # pause takes a browser that is already up.
+    state = tmp_path_factory.mktemp("cc-reap")
+    with playwright_router(state, chromium, idle_timeout=REAP_IDLE, resume_reserve=1) as router:
         yield router
 
 
 @pytest.fixture(scope="module")
 def steady(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator[RouterThread]:
     """A router that does not reap during a test: kills, hibernation and new browsers are ours."""
-    with playwright_router(tmp_path_factory.mktemp("cc-steady"), chromium, idle_timeout=600) as router:
+    state = tmp_path_factory.mktemp("cc-steady")
+    with playwright_router(state, chromium, idle_timeout=600, resume_reserve=1) as router:
         yield router
 
 

@@ -7,6 +7,7 @@ import statistics
 import time
 from pathlib import Path
 
+from router.sessions.table import State
 from tests.support import RawClient, RouterThread, router_settings, wait_for, wait_saved
 from workers.orphans import processes_for
 
@@ -65,7 +66,7 @@ def test_a_resume_takes_a_warm_worker_and_brings_the_page_back(state_dir: Path, 
         [warm] = wait_for(lambda: router.manager.pool.ready_ids(), timeout=40)
         launched = browser_pids(state_dir, warm)
         router.manager.idle_timeout = 0.5
-        wait_for(lambda: not processes_for(state_dir, client.session_id), timeout=15)
+        wait_for(lambda: router.manager.sessions.get(client.session_id).state is State.REAPED, timeout=15)
         router.manager.idle_timeout = 600
         text = client.text("browser_navigate", url=f"{pages}/get")
         assert "cookie=warm storage=warm" in text  # restored into the warm worker's browser

@@ -80,6 +80,8 @@ def router_settings(tmp: Path, **overrides: Any) -> Settings:
         "worker_command": FAKE_WORKER_COMMAND,
         "keepalive_interval": 15.0,
         "record": False,
+        # Off unless a test is about it: a reserve worker would outlive the reaps tests wait for.
+        "resume_reserve": 0,
     }
     values.update(overrides)
     seed_token(Path(values["state_dir"]))
