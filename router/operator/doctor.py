@@ -216,7 +216,10 @@ def check_port(host: str, port: int) -> Check:
 
 def check_state_lock(state_dir: Path) -> Check:
     """Which router, if any, holds the state directory: a second one there would refuse to start."""
-    status = lock_status(state_dir)
+    try:
+        status = lock_status(state_dir)
+    except OSError as exc:  # a state dir that is not there or not a directory: checked above
+        return Check(True, f"no router can hold {state_dir} ({exc.strerror or exc})")
     if status.held:
         return Check(True, f"a running router holds {state_dir} (pid {status.pid})",
                      "a second `serve` on this state dir refuses to start; stop this one first", warning=True)

@@ -55,7 +55,7 @@ def test_healthy_machine_passes(
     load_or_create_token(state)
     status, lines = run_doctor(capsys, "--state-dir", str(state), "--port", str(free_port()))
     assert status == 0, lines
-    assert len(lines) == 11 and lines[-1] == "all checks passed"
+    assert len(lines) == 12 and lines[-1] == "all checks passed"
     assert all(line.startswith(("✓", "!")) for line in lines[:-1]), lines
     text = "\n".join(lines)
     for expected in ("node v", "@playwright/mcp 0.0.83 installed", "launches headless", "is writable",
