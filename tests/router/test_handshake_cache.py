@@ -75,6 +75,17 @@ def test_store_then_get_survives_a_new_instance(tmp_path: Path) -> None:
     assert again.get("2024-11-05") is None
 
 
+def test_get_hands_out_a_copy(tmp_path: Path) -> None:
+    """Answers built from an entry are changed on their way out; the entry must not be."""
+    cache = HandshakeCache(tmp_path, "a" * 64)
+    cache.store(VERSION, dict(INITIALIZE), {"tools": list(TOOLS["tools"])})
+    entry = cache.get(VERSION)
+    assert entry is not None
+    entry["tools"]["tools"].append({"name": "get_content"})
+    entry["initialize"]["serverInfo"]["name"] = "changed"
+    assert cache.get(VERSION) == {"initialize": INITIALIZE, "tools": TOOLS}
+
+
 def test_an_entry_is_not_served_under_another_fingerprint(tmp_path: Path) -> None:
     HandshakeCache(tmp_path, "a" * 64).store(VERSION, dict(INITIALIZE), dict(TOOLS))
     assert HandshakeCache(tmp_path, "b" * 64).get(VERSION) is None

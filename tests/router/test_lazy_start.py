@@ -120,6 +120,8 @@ def test_handshake_and_listing_start_no_worker_and_match_the_worker(
         assert messages_of(answer)[-1]["result"] == worker_initialize
         listed = c.request("tools/list")
         assert c.request("ping")["result"] == {}
+        roots_changed = c.post({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"})
+        assert roots_changed.status_code == 202
         assert not processes_for(state, sid), "the handshake alone starts no worker"
         assert fake_router.manager.sessions.get(sid).connection is None
         # The worker's tools, in its order, then the router's.
@@ -160,6 +162,10 @@ def test_client_initialize_is_replayed_on_every_worker(fake_router: RouterThread
         first_pid = worker_pid(c)
         wait_for(lambda: not processes_for(state, sid), timeout=10)  # reaped as idle
         assert fake_router.manager.sessions.get(sid).connection is None
+        # A dormant session's listing and pings are the router's to answer too.
+        assert [t["name"] for t in c.request("tools/list")["result"]["tools"]][:2] == ["echo", "whoami"]
+        assert c.request("ping")["result"] == {}
+        assert not processes_for(state, sid)
         # The next call is the new worker's first: it sees the client's own handshake again.
         again = json.loads(c.text("client_params"))
         assert again["clientInfo"] == CLIENT_INFO
@@ -176,7 +182,9 @@ def test_router_tools_never_start_a_worker(fake_router: RouterThread, tool: str)
         answer = c.call(tool, ref_id="nothing-yet")
         assert "result" in answer, answer
         assert not processes_for(state, c.session_id)
+        # A session that never had a worker ends like any other.
         assert c.delete().status_code == 200
+        assert c.post({"jsonrpc": "2.0", "id": 9, "method": "ping"}).status_code == 404
 
 
 @pytest.mark.parametrize(

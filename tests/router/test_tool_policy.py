@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -10,10 +11,13 @@ import pytest
 
 from router.http.exchange import INVALID_PARAMS
 from router.http.tool_policy import DANGEROUS_TOOLS, STORAGE_CAP_TOOLS, ToolPolicy, user_caps
+from router.record.tools import DEFINITIONS, NAMES
 from tests.support import RawClient, RouterThread, router_settings, wait_for
 from workers.orphans import processes_for
 
 UNSAFE: Final = "browser_run_code_unsafe"
+VERSION: Final = "2025-06-18"
+ROUTER_TOOLS: Final = [d["name"] for d in DEFINITIONS]
 STORAGE_SAMPLE: Final = ("browser_storage_state", "browser_set_storage_state", "browser_cookie_get")
 
 
@@ -111,3 +115,21 @@ def test_an_allowed_tool_comes_back(policed: RouterThread) -> None:
         assert c.text("remember", key="k", value="v") == "ok"
         assert c.text("recall", key="k") == "v"
         assert c.delete().status_code == 200
+
+
+def test_with_nothing_hidden_the_cached_listing_stays_the_workers(state_dir: Path) -> None:
+    """The router's tools are added to each answer, never to the cached worker answer itself."""
+    everything = sorted(DANGEROUS_TOOLS | STORAGE_CAP_TOOLS)
+    with RouterThread(router_settings(state_dir, allow_tools=everything)) as router:
+        cached = router.manager.handshakes.get(VERSION)
+        worker_names = [t["name"] for t in cached["tools"]["tools"]]
+        with RawClient(router.url) as c:
+            c.initialize(version=VERSION)
+            first = c.request("tools/list")["result"]
+            assert c.request("tools/list")["result"] == first
+            assert [t["name"] for t in first["tools"]] == [*worker_names, *ROUTER_TOOLS]
+            assert not processes_for(state_dir, c.session_id)
+            assert c.delete().status_code == 200
+        assert [t["name"] for t in router.manager.handshakes.get(VERSION)["tools"]["tools"]] == worker_names
+        on_disk = json.loads(router.manager.handshakes.path.read_text())["versions"]
+        assert all(not NAMES & {t["name"] for t in entry["tools"]["tools"]} for entry in on_disk.values())
