@@ -19,6 +19,7 @@ from starlette.types import Receive, Scope, Send
 
 from router.http.errors import (
     BadRequest,
+    InvalidParams,
     MethodNotAllowed,
     NotAcceptable,
     PayloadTooLarge,
@@ -29,7 +30,7 @@ from router.http.errors import (
     error_body,
 )
 from router.http.exchange import Exchange, ExchangeHooks
-from router.http.messages import ClientMessage, Kind, parse
+from router.http.messages import ClientMessage, Kind, initialize_problem, parse
 from router.http.proxy import WorkerConnection, downstream_headers, upstream_headers
 from router.http.session_stream import SessionStream
 from router.http.sse import encode_event
@@ -128,6 +129,9 @@ class McpEndpoint:
         if message.method != "initialize":
             # Also what a 2026-07-28 client's server/discover probe gets, so it falls back.
             raise BadRequest("Bad Request: Mcp-Session-Id header is required; send initialize first")
+        problem = initialize_problem(message.params)
+        if problem is not None:
+            raise InvalidParams(f"Invalid params: {problem}")
         session, result = await self.manager.open(message, response_mode=self._response_mode(scope))
         exchange = Exchange.begin(self.hooks, session, message, request_timing(scope))
         body = json.dumps({"jsonrpc": "2.0", "id": message.id, "result": result}).encode()

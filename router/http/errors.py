@@ -3,6 +3,7 @@
     RouterError                  status  JSON-RPC code
     ├── BadRequest                 400   -32600 invalid request / missing session id / batch
     │   ├── ParseError             400   -32700 body is not JSON
+    │   ├── InvalidParams          400   -32602 initialize params the worker would refuse
     │   └── UnsupportedVersion     400   -32600 MCP-Protocol-Version we do not speak
     ├── Unauthorized               401   -32600 no token, or a wrong one (WWW-Authenticate: Bearer)
     ├── Forbidden                  403   -32600 Origin not allowed
@@ -30,6 +31,7 @@ from router.types import JsonRpcId
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
+INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 SESSION_NOT_FOUND = -32001
 
@@ -76,6 +78,10 @@ class BadRequest(RouterError):
 
 class ParseError(BadRequest):
     code = PARSE_ERROR
+
+
+class InvalidParams(BadRequest):
+    code = INVALID_PARAMS
 
 
 class UnsupportedVersion(BadRequest):

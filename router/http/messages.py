@@ -70,5 +70,19 @@ def parse(raw: bytes) -> ClientMessage:
     raise BadRequest("Invalid Request: neither a request, a notification nor a response")
 
 
+def initialize_problem(params: JsonObject) -> str | None:
+    """What the worker would refuse in these ``initialize`` params (its SDK answers -32602), or
+    None. Checked before the router answers from its cache: otherwise the handshake would
+    succeed and every later call fail when the worker is given it."""
+    if not isinstance(params.get("protocolVersion"), str):
+        return "protocolVersion must be a string"
+    if not isinstance(params.get("capabilities"), dict):
+        return "capabilities must be an object"
+    info = params.get("clientInfo")
+    if not isinstance(info, dict) or not isinstance(info.get("name"), str) or not isinstance(info.get("version"), str):
+        return "clientInfo must be an object with a name and a version"
+    return None
+
+
 def _valid_id(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))

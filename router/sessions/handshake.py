@@ -15,6 +15,7 @@ first real spawn, and kept on disk in the state directory.
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import logging
@@ -74,9 +75,11 @@ class HandshakeCache:
                 self._entries = {k: v for k, v in entries.items() if _complete(v)}
 
     def get(self, version: str) -> dict[str, Any] | None:
-        """``{"initialize": result, "tools": result}`` for a requested protocol version, or None."""
+        """``{"initialize": result, "tools": result}`` for a requested protocol version, or None.
+        A copy: answers built from it are changed on their way out (the router's tools added)."""
         self._load()
-        return self._entries.get(version)
+        entry = self._entries.get(version)
+        return None if entry is None else copy.deepcopy(entry)
 
     def versions(self) -> set[str]:
         self._load()

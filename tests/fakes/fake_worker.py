@@ -5,6 +5,7 @@ Run as `python fake_worker.py PORT`; it listens on 127.0.0.1:PORT/mcp like the r
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -55,6 +56,13 @@ async def roots(ctx: Context) -> str:
 async def log_then_answer(ctx: Context) -> str:
     await ctx.info("working")
     return "answered"
+
+
+@server.tool()
+def client_params(ctx: Context) -> str:
+    """The client's initialize params as this worker saw them (the router replays them)."""
+    params = ctx.session.client_params
+    return json.dumps(None if params is None else params.model_dump(mode="json", by_alias=True, exclude_none=True))
 
 
 @server.tool()
