@@ -15,7 +15,7 @@ from typing import Any, Final
 import httpx
 import pytest
 
-from tests.support import RawClient, RouterThread, iter_sse, router_settings, wait_for
+from tests.support import RawClient, RouterThread, auth_headers, iter_sse, router_settings, wait_for
 from workers.orphans import processes_for
 
 IDLE: Final = 1.0
@@ -46,7 +46,7 @@ class HeldStream:
         return self
 
     def _run(self) -> None:
-        headers = {"accept": "text/event-stream", "mcp-session-id": self.session_id}
+        headers = {"accept": "text/event-stream", "mcp-session-id": self.session_id, **auth_headers()}
         try:
             with (
                 httpx.Client(timeout=30, trust_env=False) as http,
