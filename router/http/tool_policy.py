@@ -22,8 +22,9 @@ STORAGE_CAP_TOOLS: Final = frozenset(
         *(f"browser_sessionstorage_{op}" for op in ("clear", "delete", "get", "list", "set")),
     }
 )
-# Run code outside the page's sandbox, or read files outside the output directory.
-DANGEROUS_TOOLS: Final = frozenset({"browser_run_code_unsafe"})
+# Run code outside the page's sandbox, or read local files (a page could steer the model into
+# uploading ~/.ssh/id_rsa): off unless allowed by name.
+DANGEROUS_TOOLS: Final = frozenset({"browser_run_code_unsafe", "browser_file_upload"})
 
 
 def user_caps(worker_args: Iterable[str]) -> set[str]:

@@ -244,7 +244,7 @@ class SessionManager:
         info = params.get("clientInfo")
         session.client_info = info if isinstance(info, dict) else {}
         session.protocol_version = version if isinstance(version, str) else None
-        statefiles.write_session_file(self._dir(session), statefiles.session_record(session))
+        statefiles.keep_session(self._dir(session), session)
         if self.recorder is not None:
             self.recorder.session_opened(
                 session.id,

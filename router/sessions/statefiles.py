@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import time
@@ -20,6 +21,8 @@ from typing import Any, Final
 
 from router.sessions.table import MINTED_ID_RE, Session, State
 from workers.health import RestartBudget
+
+log = logging.getLogger("mcp_router.continuity")
 
 SESSION_FILE: Final = "session.json"
 STATE_FILE: Final = "state.json"
@@ -44,6 +47,17 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 def write_session_file(session_dir: Path, data: dict[str, Any]) -> None:
     write_json(session_dir / SESSION_FILE, {**data, "last_active": data.get("last_active") or time.time()})
+
+
+def keep_session(session_dir: Path, session: Session) -> bool:
+    """``session.json`` for a session, or a loud line when the disk refuses it (full, read-only):
+    the session goes on serving, it is just not resumable after a restart of the router."""
+    try:
+        write_session_file(session_dir, session_record(session))
+    except OSError as exc:
+        log.error("session file not written session=%s (%s): %s", session.id, session_dir, exc)
+        return False
+    return True
 
 
 def forget_session_file(session_dir: Path) -> None:

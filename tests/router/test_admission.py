@@ -3,10 +3,13 @@ cap, a DELETE racing a resume. With the stand-in worker."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import threading
 from pathlib import Path
+
+import pytest
 
 from router.sessions.admission import RateLimit
 from router.sessions.table import State
@@ -89,3 +92,23 @@ def test_an_answer_past_the_event_limit_fails_that_call_only(state_dir: Path) ->
         assert a.text("echo", text="and on") == "and on"
         a.delete()
         b.delete()
+
+
+def test_a_disk_that_refuses_the_session_file_does_not_take_sessions_down(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A full disk at initialize or at a reap: logged loudly, the session still serves and resumes."""
+    from router.sessions import statefiles
+
+    def full_disk(session_dir: Path, data: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(statefiles, "write_session_file", full_disk)
+    with RouterThread(router_settings(state_dir, idle_timeout=0.3)) as router, RawClient(router.url) as c:
+        c.initialize()  # answered, not a 500
+        c.start_worker()
+        wait_for(lambda: router.manager.sessions.get(c.session_id).state is State.REAPED, timeout=10)
+        assert c.text("echo", text="still here") == "still here"  # resumed all the same
+        assert router.app.state.health.ok
+        c.delete()
+    assert "session file not written" in caplog.text
