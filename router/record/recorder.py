@@ -23,7 +23,6 @@ Must be used from the event loop thread only (the enqueue methods are not thread
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import sqlite3
 import time
@@ -39,9 +38,9 @@ import anyio
 
 from router.layout import StateLayout
 from router.record import files, schema
-from router.record.call_view import inline_images
 from router.record.records import Records
-from router.record.snapshots import extract, normalize_console, tool_result
+from router.record.rows import Item, RowWriter, to_json
+from router.record.snapshots import normalize_console
 
 __all__ = ["Recorder", "normalize_console"]
 
@@ -59,16 +58,6 @@ SIZE_WALK_MAX_NODES: Final = 10_000
 PRUNE_EVERY_S: Final = 3600.0
 SHUTDOWN_DRAIN_S: Final = 10.0
 MAX_PENDING_FAILURES: Final = 100
-
-
-@dataclass(frozen=True, slots=True)
-class _Item:
-    kind: str  # "open" | "state" | "activity" | "resumed" | "request" | "response" | "dropped"
-    ts: float
-    key: str  # session id or ref_id, for failure messages
-    data: tuple[Any, ...]  # for "dropped": (how many items were refused at this point,)
-    seq: int  # position in the stream of items; flush() waits on it
-    size: int  # approximate bytes held in memory
 
 
 @dataclass(slots=True)
@@ -89,7 +78,7 @@ def _approx_size(value: Any) -> int:
         item = stack.pop()
         nodes += 1
         if nodes > SIZE_WALK_MAX_NODES:
-            return len(_json(value) or "")
+            return len(to_json(value) or "")
         if isinstance(item, str | bytes | bytearray):
             total += len(item)
         elif isinstance(item, Mapping):
@@ -100,16 +89,6 @@ def _approx_size(value: Any) -> int:
         else:
             total += 8
     return total
-
-
-def _json(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 class Recorder:
@@ -124,6 +103,7 @@ class Recorder:
         restarted."""
         self.db_path = Path(db_path)
         self.layout = layout
+        self._rows = RowWriter(layout, self._note_failure)
         self.on_writer_failure = on_writer_failure
         self.retention_days = retention_days
         self.queue_max = queue_max
@@ -136,7 +116,7 @@ class Recorder:
         self._last_batch_failed = False
         self.writer_failure: str | None = None  # why the writer task died, if it did
         self.records: Records | None = None  # read side, set while run() is active
-        self._queue: deque[_Item] = deque()
+        self._queue: deque[Item] = deque()
         self._queued_items = 0  # real items in the queue (drop markers excluded)
         self._queued_bytes = 0
         self._drop_logged_at = -DROP_LOG_INTERVAL_S
@@ -211,7 +191,7 @@ class Recorder:
                 self._drop(size)
                 return
             self._enqueued += 1
-            self._queue.append(_Item(kind, time.time(), key, data, self._enqueued, size))
+            self._queue.append(Item(kind, time.time(), key, data, self._enqueued, size))
             self._queued_items += 1
             self._queued_bytes += size
             self._wake.set()
@@ -225,10 +205,10 @@ class Recorder:
         self.dropped += 1
         last = self._queue[-1] if self._queue else None
         if last is not None and last.kind == "dropped":
-            self._queue[-1] = _Item("dropped", last.ts, "", (last.data[0] + 1,), last.seq, 0)
+            self._queue[-1] = Item("dropped", last.ts, "", (last.data[0] + 1,), last.seq, 0)
         else:
             self._enqueued += 1
-            self._queue.append(_Item("dropped", time.time(), "", (1,), self._enqueued, 0))
+            self._queue.append(Item("dropped", time.time(), "", (1,), self._enqueued, 0))
             self._wake.set()
         now = time.monotonic()
         if now - self._drop_logged_at >= DROP_LOG_INTERVAL_S:
@@ -410,7 +390,7 @@ class Recorder:
             files.remove(self.layout.files_dir(ref) for ref in refs)
         return schema.prune(conn, cutoff)
 
-    def _write_batch(self, batch: list[_Item]) -> list[int]:
+    def _write_batch(self, batch: list[Item]) -> list[int]:
         """One transaction for the batch; returns the seqs of the items lost (drop markers
         included). Never raises: a failure is counted, logged and kept for the recorder_failures
         table (written by a later batch once the disk accepts writes)."""
@@ -424,7 +404,7 @@ class Recorder:
         try:
             conn.execute("BEGIN")
             for item in items:
-                self._apply(conn, item)
+                self._rows.apply(conn, item)
             self._flush_failures(conn)
             conn.execute("COMMIT")
             self.written += len(items)
@@ -447,7 +427,7 @@ class Recorder:
         for item in items:
             try:
                 conn.execute("BEGIN")
-                self._apply(conn, item)
+                self._rows.apply(conn, item)
                 conn.execute("COMMIT")
                 self.written += 1
             except Exception as exc:
@@ -478,95 +458,6 @@ class Recorder:
     def _flush_failures(self, conn: sqlite3.Connection) -> None:
         conn.executemany(
             "INSERT INTO recorder_failures (ts, what, error) VALUES (?, ?, ?)", list(self._pending_failures)
-        )
-
-    def _apply(self, conn: sqlite3.Connection, item: _Item) -> None:
-        ts, key, d = item.ts, item.key, item.data
-        if item.kind == "open":
-            client_info, protocol_version, port, pid, metadata, parent_id = d
-            conn.execute(
-                """INSERT INTO sessions (id, created, last_activity, state, client_info, protocol_version,
-                                         worker_port, worker_pid, metadata, parent_id)
-                   VALUES (?, ?, ?, 'active', ?, ?, ?, ?, ?, ?)
-                   ON CONFLICT (id) DO UPDATE SET
-                     state = 'active', last_activity = max(last_activity, excluded.last_activity),
-                     client_info = coalesce(excluded.client_info, client_info),
-                     protocol_version = coalesce(excluded.protocol_version, protocol_version),
-                     worker_port = excluded.worker_port, worker_pid = excluded.worker_pid,
-                     metadata = coalesce(excluded.metadata, metadata),
-                     parent_id = coalesce(excluded.parent_id, parent_id)""",
-                (key, ts, ts, _json(client_info), protocol_version, port, pid, _json(metadata), parent_id),
-            )
-        elif item.kind == "state":
-            # Upsert: a state change must not be lost because session_opened was dropped.
-            conn.execute(
-                """INSERT INTO sessions (id, created, last_activity, state) VALUES (?, ?, ?, ?)
-                   ON CONFLICT (id) DO UPDATE SET state = excluded.state""",
-                (key, ts, ts, d[0]),
-            )
-        elif item.kind == "activity":
-            conn.execute("UPDATE sessions SET last_activity = max(last_activity, ?) WHERE id = ?", (ts, key))
-        elif item.kind == "resumed":
-            conn.execute(
-                "INSERT INTO session_events (session_id, ts, kind, detail) VALUES (?, ?, 'resumed', ?)",
-                (key, ts, d[0]),
-            )
-            conn.execute("UPDATE sessions SET last_activity = max(last_activity, ?) WHERE id = ?", (ts, key))
-        elif item.kind == "request":
-            session_id, method, tool, params = d
-            conn.execute(
-                """INSERT INTO requests (ref_id, session_id, method, tool, params, ts)
-                   VALUES (?, ?, ?, ?, ?, ?)""",
-                (key, session_id, method, tool, _json(params), ts),
-            )
-            conn.execute(
-                "UPDATE sessions SET last_activity = max(last_activity, ?) WHERE id = ?", (ts, session_id)
-            )
-        elif item.kind == "response":
-            self._apply_response(conn, item)
-        else:
-            raise ValueError(f"unknown item kind {item.kind!r}")
-
-    def _apply_response(self, conn: sqlite3.Connection, item: _Item) -> None:
-        status, result, page_snapshot, console_lines, error, duration_ms, output_dir, cwd = item.data
-        result_text = _json(result)
-        parsed = tool_result(result if isinstance(result, Mapping) else result_text) if output_dir else None
-        if parsed is not None and (page_snapshot is None or console_lines is None):
-            ex = extract(parsed, Path(output_dir), cwd=cwd)
-            page_snapshot = ex.page_snapshot if page_snapshot is None else page_snapshot
-            if console_lines is None and ex.console_lines:
-                console_lines = ex.console_lines
-        if parsed is not None and self.layout is not None:
-            self._keep_files(conn, item, parsed, Path(output_dir), cwd)
-        lines = list(console_lines) if console_lines else None
-        conn.execute(
-            """INSERT INTO responses (ref_id, status, result, page_snapshot, console_logs, error, ts,
-                                      duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
-            (item.key, status, result_text, page_snapshot, _json(lines), error, item.ts, duration_ms),
-        )
-        if lines:
-            conn.executemany(
-                "INSERT INTO console_logs (ref_id, level, message, location, ts) VALUES (?, ?, ?, ?, ?)",
-                [(item.key, e["level"], e["message"], _json(e["location"]), item.ts)
-                 for e in normalize_console(lines)],
-            )
-
-
-    def _keep_files(
-        self, conn: sqlite3.Connection, item: _Item, result: Mapping[str, Any], output_dir: Path,
-        cwd: Path | None,
-    ) -> None:
-        """Copies what the answer linked; a file that cannot be kept never costs the call's row."""
-        assert self.layout is not None
-        try:
-            inline = [img.data for img in inline_images(result) if img.data is not None]
-            kept = files.keep_linked(result, output_dir, self.layout.files_dir(item.key), cwd=cwd, inline=inline)
-        except Exception as exc:
-            self._note_failure(f"files {item.key}", repr(exc))
-            return
-        conn.executemany(
-            "INSERT OR REPLACE INTO call_files (ref_id, name, title, mime, size, ts) VALUES (?, ?, ?, ?, ?, ?)",
-            [(item.key, f.name, f.title, f.mime, f.size, item.ts) for f in kept],
         )
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from router.cli.main import EXIT_FAILED, EXIT_STATE_LOCKED
 from router.health import Health
+from router.record.rows import RowWriter
 from router.state_lock import LOCK_NAME, StateDirLocked, StateLock, lock_status
 from tests.support import (
     FAKE_WORKER,
@@ -101,7 +102,7 @@ def test_failed_batches_show_in_healthz_and_metrics(state_dir: Path, monkeypatch
         def disk_full(*args: Any) -> None:
             raise sqlite3.OperationalError("database or disk is full")
 
-        monkeypatch.setattr(router.manager.recorder, "_apply", disk_full)
+        monkeypatch.setattr(RowWriter, "apply", disk_full)  # every row write fails: a full disk
         c.call("echo", text="lost")
         record = wait_for(lambda: (r := _healthz(router.port).json()["record"])["failed_batches"] and r)
         assert record["failed_rows"] >= 1 and record["failing"] is True

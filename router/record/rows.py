@@ -1,0 +1,138 @@
+"""What each queued record item becomes in SQLite: the recorder's writer thread applies them,
+one transaction per batch (router/record/recorder.py)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from router.layout import StateLayout
+from router.record import files
+from router.record.call_view import inline_images
+from router.record.snapshots import extract, normalize_console, tool_result
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    kind: str  # "open" | "state" | "activity" | "resumed" | "request" | "response" | "dropped"
+    ts: float
+    key: str  # session id or ref_id, for failure messages
+    data: tuple[Any, ...]  # for "dropped": (how many items were refused at this point,)
+    seq: int  # position in the stream of items; flush() waits on it
+    size: int  # approximate bytes held in memory
+
+
+
+def to_json(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+
+class RowWriter:
+    """Applies items on the writer thread. ``layout``: where the files a call linked are kept
+    (None keeps only snapshots and console text); ``note_failure(what, error)``: a loss that must
+    not cost the call's row (a file that could not be copied)."""
+
+    def __init__(self, layout: StateLayout | None, note_failure: Callable[[str, str], None]) -> None:
+        self.layout = layout
+        self.note_failure = note_failure
+
+    def apply(self, conn: sqlite3.Connection, item: Item) -> None:
+        """One queued item as rows, inside the caller's transaction."""
+        ts, key, d = item.ts, item.key, item.data
+        if item.kind == "open":
+            client_info, protocol_version, port, pid, metadata, parent_id = d
+            conn.execute(
+                """INSERT INTO sessions (id, created, last_activity, state, client_info, protocol_version,
+                                         worker_port, worker_pid, metadata, parent_id)
+                   VALUES (?, ?, ?, 'active', ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (id) DO UPDATE SET
+                     state = 'active', last_activity = max(last_activity, excluded.last_activity),
+                     client_info = coalesce(excluded.client_info, client_info),
+                     protocol_version = coalesce(excluded.protocol_version, protocol_version),
+                     worker_port = excluded.worker_port, worker_pid = excluded.worker_pid,
+                     metadata = coalesce(excluded.metadata, metadata),
+                     parent_id = coalesce(excluded.parent_id, parent_id)""",
+                (key, ts, ts, to_json(client_info), protocol_version, port, pid, to_json(metadata), parent_id),
+            )
+        elif item.kind == "state":
+            # Upsert: a state change must not be lost because session_opened was dropped.
+            conn.execute(
+                """INSERT INTO sessions (id, created, last_activity, state) VALUES (?, ?, ?, ?)
+                   ON CONFLICT (id) DO UPDATE SET state = excluded.state""",
+                (key, ts, ts, d[0]),
+            )
+        elif item.kind == "activity":
+            conn.execute("UPDATE sessions SET last_activity = max(last_activity, ?) WHERE id = ?", (ts, key))
+        elif item.kind == "resumed":
+            conn.execute(
+                "INSERT INTO session_events (session_id, ts, kind, detail) VALUES (?, ?, 'resumed', ?)",
+                (key, ts, d[0]),
+            )
+            conn.execute("UPDATE sessions SET last_activity = max(last_activity, ?) WHERE id = ?", (ts, key))
+        elif item.kind == "request":
+            session_id, method, tool, params = d
+            conn.execute(
+                """INSERT INTO requests (ref_id, session_id, method, tool, params, ts)
+                   VALUES (?, ?, ?, ?, ?, ?)""",
+                (key, session_id, method, tool, to_json(params), ts),
+            )
+            conn.execute(
+                "UPDATE sessions SET last_activity = max(last_activity, ?) WHERE id = ?", (ts, session_id)
+            )
+        elif item.kind == "response":
+            self._apply_response(conn, item)
+        else:
+            raise ValueError(f"unknown item kind {item.kind!r}")
+
+    def _apply_response(self, conn: sqlite3.Connection, item: Item) -> None:
+        status, result, page_snapshot, console_lines, error, duration_ms, output_dir, cwd = item.data
+        result_text = to_json(result)
+        parsed = tool_result(result if isinstance(result, Mapping) else result_text) if output_dir else None
+        if parsed is not None and (page_snapshot is None or console_lines is None):
+            ex = extract(parsed, Path(output_dir), cwd=cwd)
+            page_snapshot = ex.page_snapshot if page_snapshot is None else page_snapshot
+            if console_lines is None and ex.console_lines:
+                console_lines = ex.console_lines
+        if parsed is not None and self.layout is not None:
+            self._keep_files(conn, item, parsed, Path(output_dir), cwd)
+        lines = list(console_lines) if console_lines else None
+        conn.execute(
+            """INSERT INTO responses (ref_id, status, result, page_snapshot, console_logs, error, ts,
+                                      duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
+            (item.key, status, result_text, page_snapshot, to_json(lines), error, item.ts, duration_ms),
+        )
+        if lines:
+            conn.executemany(
+                "INSERT INTO console_logs (ref_id, level, message, location, ts) VALUES (?, ?, ?, ?, ?)",
+                [(item.key, e["level"], e["message"], to_json(e["location"]), item.ts)
+                 for e in normalize_console(lines)],
+            )
+
+
+    def _keep_files(
+        self, conn: sqlite3.Connection, item: Item, result: Mapping[str, Any], output_dir: Path,
+        cwd: Path | None,
+    ) -> None:
+        """Copies what the answer linked; a file that cannot be kept never costs the call's row."""
+        assert self.layout is not None
+        try:
+            inline = [img.data for img in inline_images(result) if img.data is not None]
+            kept = files.keep_linked(result, output_dir, self.layout.files_dir(item.key), cwd=cwd, inline=inline)
+        except Exception as exc:
+            self.note_failure(f"files {item.key}", repr(exc))
+            return
+        conn.executemany(
+            "INSERT OR REPLACE INTO call_files (ref_id, name, title, mime, size, ts) VALUES (?, ?, ?, ?, ?, ?)",
+            [(item.key, f.name, f.title, f.mime, f.size, item.ts) for f in kept],
+        )
