@@ -150,11 +150,7 @@ class SessionManager:
         conversation, after a pause for reading or thinking, takes a browser that is already up."""
         if not self.resume_reserve:
             return 0
-        cutoff = time.time() - RESERVE_WINDOW
-        waiting = sum(
-            1 for s in self.sessions.live() if s.dormant and s.browser_used and s.last_activity >= cutoff
-        )  # fmt: skip
-        return min(self.resume_reserve, waiting)
+        return min(self.resume_reserve, self.sessions.sleeping_browsers(since=time.time() - RESERVE_WINDOW))
 
     def _owns_directory(self, worker_id: str) -> bool:
         """A worker directory with no session file that is not litter: a warm worker's, the probe's."""
@@ -350,24 +346,16 @@ class SessionManager:
         """Makes room among known ids by ending, for good, the longest-idle session that never had
         a worker (a health check's, or a handshake nobody followed up). A session that ever had
         a browser is never ended to make room for another client's: it only ever sleeps."""
-        now = time.monotonic()
-        unused = [
-            s for s in self.sessions.live()
-            if s.state is State.NEW and not s.browser_used and s.idle_for(now) >= self.upkeep.idle_timeout
-        ]  # fmt: skip
-        if not unused:
+        unused = self.sessions.longest_unused(time.monotonic(), self.upkeep.idle_timeout)
+        if unused is None:
             return False
-        await self.end(min(unused, key=lambda s: s.last_activity), State.CLOSED)
+        await self.end(unused, State.CLOSED)
         return True
 
     async def _hibernate_least_recent(self, for_id: str) -> bool:
-        idle = [
-            s for s in self.sessions.with_worker()
-            if s.id != for_id and s.state is State.LIVE and not s.in_flight
-        ]  # fmt: skip
-        if not idle:
+        victim = self.sessions.least_recent_idle(excluding=for_id)
+        if victim is None:
             return False
-        victim = min(idle, key=lambda s: s.last_request_end)
         log.info("hibernating session=%s to make room for session=%s", victim.id, for_id)
         # Synchronous up to its first await: the slot is free before anyone else can look.
         return await self.continuity.go_dormant(victim, State.HIBERNATED)

@@ -202,5 +202,23 @@ class SessionTable:
     def with_worker(self) -> list[Session]:
         return [s for s in self._sessions.values() if s.connection is not None]
 
+    # Who makes room, and who will be back: the lifecycle acts, the table only answers.
+
+    def longest_unused(self, now: float, idle_for: float) -> Session | None:
+        """The longest-idle session that never had a worker, idle for at least ``idle_for``."""
+        unused = [
+            s for s in self.live() if s.state is State.NEW and not s.browser_used and s.idle_for(now) >= idle_for
+        ]  # fmt: skip
+        return min(unused, key=lambda s: s.last_activity) if unused else None
+
+    def least_recent_idle(self, excluding: str) -> Session | None:
+        """The live session with a worker whose last request ended longest ago, none in flight."""
+        idle = [s for s in self.with_worker() if s.id != excluding and s.state is State.LIVE and not s.in_flight]
+        return min(idle, key=lambda s: s.last_request_end) if idle else None
+
+    def sleeping_browsers(self, since: float) -> int:
+        """Dormant sessions that browsed and were active after ``since`` (wall time)."""
+        return sum(1 for s in self.live() if s.dormant and s.browser_used and s.last_activity >= since)
+
     def forget(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)
