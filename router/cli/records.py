@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from router.cli import reports
+from router.cli import tables
 from router.layout import StateLayout
 from router.record.records import RecordNotFound, Records
 from router.settings import Settings
@@ -53,13 +53,13 @@ def _run(args: argparse.Namespace, job: str) -> int:
 async def _job(state: StateLayout, args: argparse.Namespace, job: str) -> int:
     async with Records.open(state.db, readonly=True) as records:
         if job == "sessions":
-            print(reports.format_sessions_table(await records.list_sessions(limit=args.limit)))
+            print(tables.format_sessions_table(await records.list_sessions(limit=args.limit)))
         elif job == "show":
             session = await records.get_session(args.session_id)
             print(f"session {session['id']}  state={session['state']}")
             calls = await records.session_calls(args.session_id)
             events = await records.session_events(args.session_id)
-            print(reports.format_timeline(calls, events=events, files_dir=state.files_dir))
+            print(tables.format_timeline(calls, events=events, files_dir=state.files_dir))
         else:
             async for line in records.export_session(args.session_id):
                 sys.stdout.write(line + "\n")
@@ -76,7 +76,7 @@ def _sessions(args: argparse.Namespace) -> int:
     live = _live_sessions(layout(args).root)
     if live is not None:
         # A running router knows more than the file: live state, worker pid/port, memory.
-        print(reports.format_sessions_table(live[: args.limit]))
+        print(tables.format_sessions_table(live[: args.limit]))
         return 0
     return _run(args, "sessions")
 

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from router.cli.main import main
-from router.cli.reports import format_sessions_table, format_timeline
+from router.cli.tables import format_sessions_table, format_timeline
 from router.layout import StateLayout
 from router.record.recorder import Recorder
 from router.record.records import NoSnapshot, RecordNotFound, Records
