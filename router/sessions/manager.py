@@ -170,6 +170,8 @@ class SessionManager:
                 self._start_soon(self.pool.refill)
             if self.probe_handshake and not self.handshakes.versions() >= HANDSHAKE_VERSIONS:
                 self._start_soon(self._probe_handshakes)
+            else:
+                self.handshake_probed = True  # filled on disk already, or no probe wanted
             try:
                 yield self
             finally:

@@ -173,7 +173,6 @@ def test_a_version_missing_from_the_cache_starts_a_worker_and_fills_it(state_dir
     router = RouterThread(router_settings(state_dir))
     # No probe: the cache stays empty until a session's worker fills it.
     router.manager.probe_handshake = False
-    router.manager.handshake_probed = True
     with router, RawClient(router.url) as c:
         response = c.initialize(version=VERSION)
         result = messages_of(response)[-1]["result"]

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
@@ -27,6 +28,7 @@ from tests.support import (
     RouterThread,
     free_port,
     messages_of,
+    router_settings,
     wait_for,
 )
 from workers.orphans import processes_for
@@ -229,4 +231,46 @@ def test_a_worker_that_forgets_the_session_gets_the_handshake_again(fake_router:
         assert session.connection is connection, "the same worker, not a new one"
         assert session.worker_session_id not in (None, forgotten)
         assert worker_pid(c) == pid
+        assert c.delete().status_code == 200
+
+
+def test_concurrent_first_calls_share_one_worker(fake_router: RouterThread) -> None:
+    state = Path(fake_router.settings.state_dir)
+    with RawClient(fake_router.url) as c:
+        c.initialize()
+        sid = c.session_id or ""
+
+        def call(index: int) -> str:
+            with RawClient(fake_router.url) as other:
+                other.session_id = sid
+                body = {"jsonrpc": "2.0", "id": f"concurrent-{index}", "method": "tools/call"}
+                response = other.post({**body, "params": {"name": "whoami", "arguments": {}}})
+                assert response.status_code == 200, response.text
+                answer = messages_of(response)[-1]
+                assert answer["id"] == body["id"], answer
+                return str(answer["result"]["content"][0]["text"])
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            answers = list(pool.map(call, range(4)))
+        assert len(set(answers)) == 1, answers
+        assert len(processes_for(state, sid)) == 1
+        assert c.delete().status_code == 200
+
+
+def test_a_session_from_a_previous_run_starts_lazily_with_its_own_handshake(state_dir: Path) -> None:
+    """After a restart of the router the id still works: listed without a worker, and the first
+    call's worker is given the client's handshake as recorded."""
+    with RouterThread(router_settings(state_dir)) as router, RawClient(router.url) as c:
+        initialize_with_roots(c)
+        c.start_worker()
+        sid = c.session_id or ""
+    assert not processes_for(state_dir, sid)
+    with RouterThread(router_settings(state_dir)) as router, RawClient(router.url) as c:
+        c.session_id = sid
+        assert "echo" in [t["name"] for t in c.request("tools/list")["result"]["tools"]]
+        assert c.request("ping")["result"] == {}
+        assert not processes_for(state_dir, sid)
+        seen = json.loads(c.text("client_params"))
+        assert seen["clientInfo"] == CLIENT_INFO
+        assert seen["capabilities"].get("roots") == CLIENT_CAPABILITIES["roots"]
         assert c.delete().status_code == 200
