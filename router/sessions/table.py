@@ -63,7 +63,11 @@ RECORD_STATE = {
 
 
 def mint_session_id() -> str:
-    return secrets.token_urlsafe(SESSION_ID_BYTES)
+    """Never with a leading "-": `mcp-router show ID` would read such an id as an option."""
+    while True:
+        session_id = secrets.token_urlsafe(SESSION_ID_BYTES)
+        if not session_id.startswith("-"):
+            return session_id
 
 
 def check_session_id(value: str) -> None:

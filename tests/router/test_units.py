@@ -138,3 +138,11 @@ def test_session_ids_are_unique_and_validated() -> None:
         check_session_id("bad id")
     with pytest.raises(BadRequest):
         check_session_id("x" * 1000)
+
+
+def test_minted_ids_never_look_like_an_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    from router.sessions import table
+
+    drawn = iter(["-starts-like-an-option-abcdefghij", "fine-id-abcdefghijklmnopqrstuvw"])
+    monkeypatch.setattr(table.secrets, "token_urlsafe", lambda n: next(drawn))
+    assert table.mint_session_id() == "fine-id-abcdefghijklmnopqrstuvw"
