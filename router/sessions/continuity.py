@@ -278,7 +278,7 @@ class Continuity:
             session.current_url = None
             session.ref_frame = 0
             await self.attach(session, reason="new-browser")
-        statefiles.write_session_file(self.layout.session_dir(session.id), statefiles.session_record(session))
+        statefiles.keep_session(self.layout.session_dir(session.id), session)
         if self.recorder is not None and session.connection is not None:
             worker = session.connection.worker
             self.recorder.session_opened(
@@ -354,20 +354,22 @@ class Continuity:
             await connection.aclose()
             if self.recorder is not None:
                 await self.recorder.flush()  # the recorder reads the output dir's files first
-            await self.end_worker(session, connection.worker)
-            statefiles.write_session_file(self.layout.session_dir(session.id), statefiles.session_record(session))
+            await self.end_worker(session, connection.worker, clear_output=True)
+            statefiles.keep_session(self.layout.session_dir(session.id), session)
         if self.metrics is not None:
             self.metrics.ended(state.value)
         log.info("session dormant session=%s reason=%s", session.id, state.value)
         return True
 
-    async def end_worker(self, session: Session, worker: Worker) -> None:
+    async def end_worker(self, session: Session, worker: Worker, *, clear_output: bool = False) -> None:
         """Ends a worker the session no longer has. One taken from the warm pool lived under its
-        own id: its directory goes with it (the session's saved state is under the session's)."""
+        own id: its directory goes with it (the session's saved state is under the session's).
+        ``clear_output`` only with ``session.lock`` held: a new worker of the session runs in
+        that same directory."""
         await self.supervisor.stop(worker.session_id)
         if worker.session_id != session.id:
             await self.supervisor.forget(worker.session_id)
-        else:
+        elif clear_output:
             statefiles.clear_output(worker.output_dir)
 
     async def save(self, session: Session, connection: WorkerConnection, control: ControlSession | None) -> None:
