@@ -12,7 +12,6 @@ import logging
 from typing import Final
 from urllib.parse import parse_qs
 
-import httpx
 from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -36,6 +35,7 @@ from router.http.session_stream import SessionStream
 from router.http.sse import encode_event
 from router.http.streaming import Writer, forward_events, run_stream, send_accepted, send_json, send_start
 from router.http.timing import request_timing
+from router.http.upstream import ConnectFailed, ConnectionBroken, UpstreamError, UpstreamResponse
 from router.sessions.manager import SessionManager
 from router.sessions.table import Session, State
 from router.types import (
@@ -189,9 +189,9 @@ class McpEndpoint:
         )
         try:
             upstream = await connection.send("POST", headers, message.raw)
-            await upstream.aread()
+            body = await upstream.aread()
             await upstream.aclose()
-        except httpx.HTTPError as exc:
+        except UpstreamError as exc:
             if session.connection is not connection or message.kind is Kind.RESPONSE:
                 await send_accepted(send, session)  # went dormant meanwhile: as if it had been
                 return
@@ -202,7 +202,7 @@ class McpEndpoint:
             await send_accepted(send, session)
             return
         await send_start(send, status, _plain_headers(upstream, session))
-        await send({"type": "http.response.body", "body": b"" if status == 202 else upstream.content})
+        await send({"type": "http.response.body", "body": b"" if status == 202 else body})
 
     async def _forward_request(
         self, session: Session, scope: Scope, receive: Receive, send: Send, exchange: Exchange
@@ -215,11 +215,11 @@ class McpEndpoint:
             return
         try:
             upstream = await self._send_request(session, connection, scope, message)
-        except httpx.HTTPError as exc:
+        except UpstreamError as exc:
             exchange.failed(str(exc))
             raise _unreachable(session, exc) from None
         try:
-            content_type = upstream.headers.get("content-type", "")
+            content_type = upstream.content_type
             if upstream.status_code >= 500 or upstream.status_code == 404:
                 # The worker broke or lost its session: a routing failure, never the client's 404.
                 detail = (await upstream.aread())[:WORKER_ERROR_EXCERPT].decode("utf-8", "replace")
@@ -235,14 +235,14 @@ class McpEndpoint:
                 answer = await exchange.answer_json(body) if upstream.status_code == 200 else body
                 await send_start(send, upstream.status_code, _plain_headers(upstream, session))
                 await send({"type": "http.response.body", "body": answer})
-        except httpx.HTTPError as exc:
+        except UpstreamError as exc:
             raise _unreachable(session, exc) from None
         finally:
             await upstream.aclose()
 
     async def _send_request(
         self, session: Session, connection: WorkerConnection, scope: Scope, message: ClientMessage
-    ) -> httpx.Response:
+    ) -> UpstreamResponse:
         def headers() -> list[tuple[bytes, bytes]]:
             return upstream_headers(
                 scope["headers"], host=connection.host_header, worker_session_id=session.worker_session_id
@@ -250,12 +250,12 @@ class McpEndpoint:
 
         try:
             upstream = await connection.send("POST", headers(), message.raw)
-        except httpx.ConnectError:
+        except ConnectFailed:
             # Refused: the worker died a moment ago and nothing was delivered, so the request can
             # go to a resumed worker instead (the exit may not have been noticed yet).
             connection = await self.manager.replace_dead_worker(session, connection)
             return await connection.send("POST", headers(), message.raw)
-        except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
+        except ConnectionBroken:
             # A kept-alive socket of a worker killed a moment ago: nobody listens any more, so
             # nothing answered it either. A worker that still listens broke mid-request: 502.
             if await accepts(connection.worker.port):
@@ -272,7 +272,7 @@ class McpEndpoint:
         return await connection.send("POST", headers(), message.raw)
 
     async def _stream_answer(
-        self, session: Session, receive: Receive, send: Send, upstream: httpx.Response, exchange: Exchange
+        self, session: Session, receive: Receive, send: Send, upstream: UpstreamResponse, exchange: Exchange
     ) -> None:
         await send_start(send, 200, _sse_headers(upstream, session))
 
@@ -281,7 +281,7 @@ class McpEndpoint:
             await run_stream(
                 receive, writer, forward_events(upstream, writer, exchange), keepalive=self.keepalive_interval
             )
-        except httpx.HTTPError as exc:
+        except UpstreamError as exc:
             # The worker died mid-call: the client still gets an answer for its request, not a hang.
             error = _unreachable(session, exc)
             exchange.failed(error.message)
@@ -337,11 +337,11 @@ def _unreachable(session: Session, exc: Exception) -> WorkerUnreachable:
     )
 
 
-def _plain_headers(upstream: httpx.Response, session: Session) -> list[tuple[bytes, bytes]]:
-    return downstream_headers(upstream.headers.raw, router_session_id=session.id)
+def _plain_headers(upstream: UpstreamResponse, session: Session) -> list[tuple[bytes, bytes]]:
+    return downstream_headers(upstream.headers, router_session_id=session.id)
 
 
-def _sse_headers(upstream: httpx.Response, session: Session) -> list[tuple[bytes, bytes]]:
+def _sse_headers(upstream: UpstreamResponse, session: Session) -> list[tuple[bytes, bytes]]:
     headers = [h for h in _plain_headers(upstream, session) if h[0] != b"content-type"]
     return [*headers, *SSE_HEADERS]
 

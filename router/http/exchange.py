@@ -162,7 +162,7 @@ class Exchange:
             if compacted is not response["result"]:
                 response["result"] = compacted
                 return json.dumps(response).encode()
-        return tools.splice_ref_meta(payload, self.ref_id)
+        return tools.with_ref_meta(response, payload, self.ref_id)
 
     async def _complete(self, response: dict[str, Any]) -> None:
         self.done = True
@@ -182,7 +182,7 @@ class Exchange:
             )
             # A tool call's row whose answer reached the client must survive a SIGKILL of the
             # router. If it could not be written the client still gets its answer (counted).
-            if self.is_tool_call and not await recorder.flush():
+            if self.is_tool_call and not await recorder.flush_rows():
                 log.warning("call answered without its record session=%s ref=%s", self.session.id, self.ref_id)
         self._log("error" if is_error else "success")
 

@@ -1,25 +1,25 @@
-"""Bytes to and from one worker: one keep-alive connection pool per worker, header rules."""
+"""Bytes to and from one worker: its connections (``upstream.py``) and the header rules."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterable
 from typing import Final
+from urllib.parse import urlsplit
 
 import httpx
 
+from router.http.upstream import CONNECT_TIMEOUT, KEEPALIVE_EXPIRY, UpstreamError, UpstreamPool, UpstreamResponse
 from router.types import H_SESSION_ID
+from workers.ports import LOOPBACK
 from workers.supervisor import Worker
 
-CONNECT_TIMEOUT: Final = 5.0
 # Streams and tool calls may legitimately stay silent for minutes; a dead worker closes the
-# socket, which httpx reports at once, so no read timeout is needed to notice one.
+# socket, which is noticed at once, so no read timeout is needed to notice one.
 READ_TIMEOUT: Final = None
 DELETE_TIMEOUT: Final = 3.0
 MAX_CONNECTIONS_PER_WORKER: Final = 16
-# Node closes idle keep-alive sockets after 5 s; dropping ours first means a request never goes
-# out on a socket the worker is closing (a POST cannot safely be retried).
-KEEPALIVE_EXPIRY: Final = 4.0
 
 HOP_BY_HOP: Final = frozenset(
     {
@@ -35,7 +35,7 @@ HOP_BY_HOP: Final = frozenset(
         b"upgrade",
     }
 )
-# Never forwarded upstream: recomputed by httpx, replaced by us, checked by us, or asking for compression.
+# Never forwarded upstream: recomputed by the client, replaced by us, checked by us, or asking for compression.
 _NOT_UPSTREAM: Final = HOP_BY_HOP | {
     b"host",
     b"content-length",
@@ -83,36 +83,46 @@ def downstream_headers(
 
 
 class WorkerConnection:
-    """The router's side of one worker: where it listens and a pooled HTTP client for it."""
+    """The router's side of one worker: where it listens, kept-alive sockets for the client's
+    traffic (``send``), and an httpx client for the router's own, rarer sessions (``client``)."""
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
         self.url = worker.url
         self.host_header = worker.host_header
-        self.client = httpx.AsyncClient(
-            timeout=httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT),
-            limits=httpx.Limits(
-                max_connections=MAX_CONNECTIONS_PER_WORKER,
-                max_keepalive_connections=MAX_CONNECTIONS_PER_WORKER,
-                keepalive_expiry=KEEPALIVE_EXPIRY,
-            ),
-            trust_env=False,
-        )
+        self.upstream = UpstreamPool(LOOPBACK, worker.port, urlsplit(worker.url).path)
+        self._client: httpx.AsyncClient | None = None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """For control and replay sessions (not the hot path); made on first use."""
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT),
+                limits=httpx.Limits(
+                    max_connections=MAX_CONNECTIONS_PER_WORKER,
+                    max_keepalive_connections=MAX_CONNECTIONS_PER_WORKER,
+                    keepalive_expiry=KEEPALIVE_EXPIRY,
+                ),
+                trust_env=False,
+            )
+        return self._client
 
     async def send(
         self, method: str, headers: list[tuple[bytes, bytes]], body: bytes | None = None
-    ) -> httpx.Response:
-        request = self.client.build_request(method, self.url, headers=headers, content=body)
-        return await self.client.send(request, stream=True)
+    ) -> UpstreamResponse:
+        """One request of a client's; returns at the answer's head, its body is read as it comes."""
+        return await self.upstream.request(method, headers, body)
 
     async def delete_session(self, worker_session_id: str) -> None:
         """Ends the worker's MCP session politely; the worker is ended right after anyway."""
-        with contextlib.suppress(httpx.HTTPError):
-            await self.client.delete(
-                self.url,
-                headers={"host": self.host_header, H_SESSION_ID: worker_session_id},
-                timeout=DELETE_TIMEOUT,
-            )
+        headers = [(b"host", self.host_header.encode()), (H_SESSION_ID.encode(), worker_session_id.encode())]
+        with contextlib.suppress(UpstreamError, TimeoutError):
+            async with asyncio.timeout(DELETE_TIMEOUT):
+                response = await self.send("DELETE", headers)
+                await response.aread()
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        await self.upstream.aclose()
+        if self._client is not None:
+            await self._client.aclose()

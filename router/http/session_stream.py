@@ -15,12 +15,12 @@ import logging
 from typing import Final
 
 import anyio
-import httpx
 from starlette.types import Receive, Scope, Send
 
 from router.http.proxy import WorkerConnection, upstream_headers
 from router.http.sse import KEEPALIVE_COMMENT, EventSplitter, EventTooLarge, event_json
 from router.http.streaming import Writer, run_stream, send_start
+from router.http.upstream import UpstreamError
 from router.sessions.table import ENDED, Session
 from router.types import H_SESSION_ID, SSE_HEADERS
 
@@ -83,7 +83,7 @@ class SessionStream:
         headers = upstream_headers(scope["headers"], host=connection.host_header, worker_session_id=worker_session_id)
         try:
             upstream = await connection.send("GET", headers)
-        except httpx.HTTPError:
+        except UpstreamError:
             return
         try:
             if upstream.status_code != 200:
@@ -105,7 +105,7 @@ class SessionStream:
                     if isinstance(payload, dict) and "method" in payload and "id" in payload:
                         session.note_asked(payload["id"], connection)
                 await writer(b"".join(events))
-        except httpx.HTTPError:
+        except UpstreamError:
             pass  # the worker went away: the client's stream stays, waiting for the next one
         finally:
             await upstream.aclose()

@@ -8,7 +8,6 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 import anyio
-import httpx
 from starlette.types import Receive, Send
 
 from router.http.errors import INTERNAL_ERROR, error_body
@@ -17,6 +16,7 @@ from router.types import H_SESSION_ID, JSON
 
 if TYPE_CHECKING:
     from router.http.exchange import Exchange
+    from router.http.upstream import UpstreamResponse
     from router.sessions.table import Session
 
 
@@ -47,7 +47,7 @@ class Writer:
         await self.send({"type": "http.response.body", "body": data, "more_body": True})
 
 
-async def forward_events(upstream: httpx.Response, writer: Writer, exchange: Exchange | None) -> None:
+async def forward_events(upstream: UpstreamResponse, writer: Writer, exchange: Exchange | None) -> None:
     """The worker's SSE stream, cut at event boundaries (so keep-alives never land mid-event),
     each chunk's whole events in one write; a request's own answer passes through its exchange."""
     splitter = EventSplitter()

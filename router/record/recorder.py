@@ -4,15 +4,19 @@ The proxy calls the enqueue methods (``session_opened``, ``request``, ``response
 synchronous, append to an in-memory deque and return: no await, no disk, no exception, so a full or
 locked disk can never fail or delay a client's call. The deque is bounded in items and in bytes;
 past either bound an item is dropped, counted, and logged (once per interval), never waited for.
-One writer task drains the deque in batches; each batch is one transaction on a plain ``sqlite3``
-connection owned by a single dedicated thread (one thread hop per batch — aiosqlite would cost a
-hop per statement). JSON encoding, reading the worker's linked snapshot/console files and console
-normalisation also happen on that thread.
+One writer task drains the deque in batches; each batch is one transaction (``batches.py``) on a
+plain ``sqlite3`` connection, run on a dedicated thread (one hop per batch — aiosqlite would cost a
+hop per statement). Reading the worker's linked snapshot/console files and keeping its screenshots
+happen on that thread too, after the batch's commit (``Enrichment``).
 
 Durability: WAL + synchronous=NORMAL, commit after every batch. A committed batch survives SIGKILL
 of the router. The writer wakes as soon as something is enqueued, so a row is on disk a few ms
 after the call; a caller that must not answer before the row is durable awaits ``flush()``, which
 says whether everything it waited for was committed (a failed batch or a drop makes it False).
+That wait is on every tool answer's path, so when the writer thread is idle and little is queued,
+``flush()`` commits on the event loop itself: a few inserts and a WAL append, no thread hops.
+Under load, the writer thread's batches are the group commit. Readers (``flush(linked=True)``,
+the read side's own) also wait for the linked files to be read.
 
 Failing loudly: failed batches and rows are counted (``failed_batches``, ``failed_rows``) for
 /metrics and /healthz; should the writer task itself die, ``on_writer_failure`` is told once.
@@ -23,6 +27,7 @@ Must be used from the event loop thread only (the enqueue methods are not thread
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import sqlite3
 import time
@@ -38,8 +43,9 @@ import anyio
 
 from router.layout import StateLayout
 from router.record import files, schema
+from router.record.batches import BatchWriter
 from router.record.records import Records
-from router.record.rows import Item, RowWriter, to_json
+from router.record.rows import Enrichment, Item, to_json
 from router.record.snapshots import normalize_console
 
 __all__ = ["Recorder", "normalize_console"]
@@ -57,7 +63,10 @@ DROP_LOG_INTERVAL_S: Final = 10.0
 SIZE_WALK_MAX_NODES: Final = 10_000
 PRUNE_EVERY_S: Final = 3600.0
 SHUTDOWN_DRAIN_S: Final = 10.0
-MAX_PENDING_FAILURES: Final = 100
+# flush() commits on the loop itself when the writer thread is idle and at most this many items
+# are queued (one call's request and answer, a session event or two).
+INLINE_MAX: Final = 8
+ENRICH_MAX: Final = 64
 
 
 @dataclass(slots=True)
@@ -103,17 +112,12 @@ class Recorder:
         restarted."""
         self.db_path = Path(db_path)
         self.layout = layout
-        self._rows = RowWriter(layout, self._note_failure)
+        self._batches = BatchWriter(layout)
         self.on_writer_failure = on_writer_failure
         self.retention_days = retention_days
         self.queue_max = queue_max
         self.queue_max_bytes = queue_max_bytes
         self.dropped = 0  # items refused because the queue was full
-        self.failures = 0  # items that reached the writer but could not be written
-        self.written = 0
-        self.batches = 0  # committed batch transactions
-        self._failed_batches = 0  # batches of which at least one item was not written
-        self._last_batch_failed = False
         self.writer_failure: str | None = None  # why the writer task died, if it did
         self.records: Records | None = None  # read side, set while run() is active
         self._queue: deque[Item] = deque()
@@ -123,12 +127,16 @@ class Recorder:
         self._enqueued = 0  # sequence numbers: flush() waits until _done catches up
         self._done = 0
         self._waiters: list[_Waiter] = []
+        # Answers whose linked files are still to be read: queued after their batch's commit.
+        self._enrich: deque[Enrichment] = deque()
+        self._enrich_queued = 0
+        self._enrich_done = 0
+        self._enrich_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._busy = 0  # jobs on the writer thread; the loop may commit only while it is 0
         self._wake = asyncio.Event()
         self._writer_task: asyncio.Task[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
-        # Touched only on the writer thread: failures waiting to be written to recorder_failures.
-        self._pending_failures: deque[tuple[float, str, str]] = deque(maxlen=MAX_PENDING_FAILURES)
 
     # ---------------------------------------------------------------- enqueue (proxy hot path)
 
@@ -228,23 +236,36 @@ class Recorder:
         return self._queued_bytes
 
     @property
+    def written(self) -> int:
+        return self._batches.written
+
+    @property
+    def batches(self) -> int:
+        """Committed batch transactions (since start)."""
+        return self._batches.batches
+
+    @property
+    def failures(self) -> int:
+        """Items that reached the writer and could not be written (since start)."""
+        return self._batches.failures
+
+    @property
     def failed_batches(self) -> int:
         """Batches of which at least one item could not be written (since start)."""
-        return self._failed_batches
+        return self._batches.failed_batches
 
     @property
     def failed_rows(self) -> int:
-        """Items that reached the writer and could not be written (since start)."""
         return self.failures
 
     @property
     def failing(self) -> bool:
         """The last batch lost items (full or read-only disk...): the record is not keeping up."""
-        return self._last_batch_failed
+        return self._batches.last_failed
 
     @property
     def writer_alive(self) -> bool:
-        return self._writer_task is not None and not self._writer_task.done()
+        return self.writer_failure is None and self._writer_task is not None and not self._writer_task.done()
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -257,6 +278,7 @@ class Recorder:
         self._wake = asyncio.Event()  # bound to this loop
         try:
             self._conn = await loop.run_in_executor(self._executor, schema.connect_or_replace, self.db_path)
+            self._conn.execute("PRAGMA wal_autocheckpoint = 0")  # see batches.CHECKPOINT_EVERY
             interrupted = await self.call_in_writer(schema.mark_interrupted)
             if interrupted:
                 log.warning("recorder: %d session(s) of a previous run marked interrupted", interrupted)
@@ -289,20 +311,72 @@ class Recorder:
             self._executor = None
 
     async def flush(self) -> bool:
-        """Wait until everything enqueued before this call and not yet handled is handled.
+        """Wait until everything enqueued before this call and not yet handled is handled,
+        including the snapshots, console lines and files the answers linked (what readers of
+        the record and whoever clears a worker's output dir need).
 
         True when all of it was committed. False when any of it failed or was dropped (it is
         counted and logged already), or when the writer is not running (returns at once then).
         Never raises: a caller that answers a client after it should log and answer anyway.
         """
+        return await self.flush_rows(linked=True)
+
+    async def flush_rows(self, *, linked: bool = False) -> bool:
+        """``flush`` without waiting for the linked files unless ``linked``: the promise a tool
+        answer keeps (its call is in the database), on the answer's path."""
         target = self._enqueued
-        if self._done >= target:
-            return True
-        if self._writer_task is None or self._writer_task.done():
-            return False
-        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._waiters.append(_Waiter(self._done, target, fut))
-        return await fut
+        ok = True
+        if self._done < target:
+            if not self.writer_alive:
+                return False
+            start = self._done
+            if self._busy == 0 and len(self._queue) <= INLINE_MAX:
+                lost = self._write_inline()
+                ok = not any(start < seq <= target for seq in lost)
+            if self._done < target:
+                fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+                self._waiters.append(_Waiter(self._done, target, fut))
+                ok = await fut
+            elif not self.writer_alive:
+                return False
+        if linked and self._enrich_done < self._enrich_queued and self.writer_alive:
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._enrich_waiters.append((self._enrich_queued, done))
+            await done
+        return ok
+
+    def _write_inline(self) -> Sequence[int]:
+        """The queue's batch, committed on the loop (the writer thread is idle and stays so);
+        returns the seqs lost."""
+        if self._conn is None or not self._queue:
+            return []
+        batch = self._take_batch()
+        try:
+            lost: Sequence[int] = self._write_batch(batch)
+        except Exception as exc:
+            lost = [item.seq for item in batch]
+            self._done = batch[-1].seq
+            self._writer_died(exc)
+            return lost
+        self._batch_written(batch, lost)
+        return lost
+
+    def _take_batch(self) -> list[Item]:
+        batch = [self._queue.popleft() for _ in range(min(len(self._queue), BATCH_MAX))]
+        for item in batch:
+            if item.kind != "dropped":
+                self._queued_items -= 1
+                self._queued_bytes -= item.size
+        return batch
+
+    def _batch_written(self, batch: list[Item], lost: Sequence[int]) -> None:
+        self._done = batch[-1].seq
+        self._settle(lost)
+        jobs = self._batches.take_enrichments()
+        if jobs:
+            self._enrich.extend(jobs)
+            self._enrich_queued += len(jobs)
+            self._wake.set()
 
     def _settle(self, lost: Sequence[int]) -> None:
         """After a batch: mark the waiters whose range holds a lost item, resolve the finished."""
@@ -313,6 +387,7 @@ class Recorder:
         self._notify()
 
     def _notify(self, everyone: bool = False) -> None:
+        self._notify_enriched(everyone)
         keep = []
         for waiter in self._waiters:
             if everyone or self._done >= waiter.target:
@@ -322,47 +397,70 @@ class Recorder:
                 keep.append(waiter)
         self._waiters = keep
 
+    def _notify_enriched(self, everyone: bool = False) -> None:
+        keep = []
+        for target, future in self._enrich_waiters:
+            if everyone or self._enrich_done >= target:
+                if not future.done():
+                    future.set_result(None)
+            else:
+                keep.append((target, future))
+        self._enrich_waiters = keep
+
     async def call_in_writer(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` on the writer thread, serialised with the batches (prune, tests)."""
         if self._executor is None or self._conn is None:
             raise RuntimeError("recorder is not running")
         conn = self._conn
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, conn)
+        self._busy += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, conn)
+        finally:
+            self._busy -= 1
 
     async def _writer(self) -> None:
-        loop = asyncio.get_running_loop()
         try:
             while True:
-                if not self._queue:
+                if self._queue:
+                    batch = self._take_batch()
+                    lost: Sequence[int] = [item.seq for item in batch]  # unless the thread says otherwise
+                    try:
+                        lost = await self.call_in_writer(functools.partial(self._write_batch_on, batch=batch))
+                    finally:
+                        # Even when cancelled here the thread finishes the batch; count it handled.
+                        self._batch_written(batch, lost)
+                elif self._enrich:
+                    jobs = [self._enrich.popleft() for _ in range(min(len(self._enrich), ENRICH_MAX))]
+                    try:
+                        await self.call_in_writer(functools.partial(self._batches.enrich, jobs=jobs))
+                    finally:
+                        self._enrich_done += len(jobs)
+                        self._notify_enriched()
+                else:
                     self._wake.clear()
                     await self._wake.wait()
-                    continue
-                batch = [self._queue.popleft() for _ in range(min(len(self._queue), BATCH_MAX))]
-                for item in batch:
-                    if item.kind != "dropped":
-                        self._queued_items -= 1
-                        self._queued_bytes -= item.size
-                lost: Sequence[int] = [item.seq for item in batch]  # unless the thread says otherwise
-                try:
-                    lost = await loop.run_in_executor(self._executor, self._write_batch, batch)
-                finally:
-                    # Even when cancelled here the thread finishes the batch; count it handled.
-                    self._done = batch[-1].seq
-                    self._settle(lost)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            # _write_batch handles every database error itself: this is a bug or a broken
-            # executor. Nothing will be recorded any more; say so rather than limp on.
-            self.writer_failure = f"recorder writer died: {exc!r}"
-            log.critical("recorder: writer died, nothing is recorded any more", exc_info=exc)
-            if self.on_writer_failure is not None:
-                try:
-                    self.on_writer_failure(self.writer_failure)
-                except Exception:
-                    log.exception("recorder: on_writer_failure callback failed")
+            self._writer_died(exc)
         finally:
             self._notify(everyone=True)  # nobody may wait forever on a stopped writer
+
+    def _writer_died(self, exc: Exception) -> None:
+        """_write_batch handles every database error itself: this is a bug or a broken executor.
+        Nothing will be recorded any more; say so rather than limp on."""
+        if self.writer_failure is not None:
+            return
+        self.writer_failure = f"recorder writer died: {exc!r}"
+        log.critical("recorder: writer died, nothing is recorded any more", exc_info=exc)
+        if self._writer_task is not None and self._writer_task is not asyncio.current_task():
+            self._writer_task.cancel()
+        self._notify(everyone=True)
+        if self.on_writer_failure is not None:
+            try:
+                self.on_writer_failure(self.writer_failure)
+            except Exception:
+                log.exception("recorder: on_writer_failure callback failed")
 
     async def prune(self, now: float | None = None) -> list[str]:
         """Delete rows older than retention_days. Returns the ids of the sessions deleted. (A
@@ -390,80 +488,11 @@ class Recorder:
             files.remove(self.layout.files_dir(ref) for ref in refs)
         return schema.prune(conn, cutoff)
 
+    def _write_batch_on(self, conn: sqlite3.Connection, batch: list[Item]) -> list[int]:
+        return self._write_batch(batch)
+
     def _write_batch(self, batch: list[Item]) -> list[int]:
-        """One transaction for the batch; returns the seqs of the items lost (drop markers
-        included). Never raises: a failure is counted, logged and kept for the recorder_failures
-        table (written by a later batch once the disk accepts writes)."""
-        conn = self._conn
-        assert conn is not None
-        lost = [item.seq for item in batch if item.kind == "dropped"]
-        for item in batch:
-            if item.kind == "dropped":
-                self._note_failure("queue full", f"{item.data[0]} item(s) dropped (total {self.dropped})")
-        items = [item for item in batch if item.kind != "dropped"]
-        try:
-            conn.execute("BEGIN")
-            for item in items:
-                self._rows.apply(conn, item)
-            self._flush_failures(conn)
-            conn.execute("COMMIT")
-            self.written += len(items)
-            self.batches += 1
-            self._pending_failures.clear()
-            self._batch_done(failed=False)
-            return lost
-        except sqlite3.OperationalError as exc:
-            # Disk full, read-only, locked past busy_timeout: retrying row by row would fail the
-            # same way, so the whole batch is counted once.
-            _rollback(conn)
-            self.failures += len(items)
-            self._note_failure(f"batch of {len(items)}", repr(exc))
-            log.error("recorder: batch of %d not written: %s", len(items), exc)
-            self._batch_done(failed=True)
-            return [item.seq for item in batch]
-        except Exception:
-            _rollback(conn)
-        # Some row is bad (duplicate ref_id, bad status...): isolate it, keep the others.
-        for item in items:
-            try:
-                conn.execute("BEGIN")
-                self._rows.apply(conn, item)
-                conn.execute("COMMIT")
-                self.written += 1
-            except Exception as exc:
-                _rollback(conn)
-                self.failures += 1
-                lost.append(item.seq)
-                self._note_failure(f"{item.kind} {item.key}", repr(exc))
-                log.error("recorder: %s %s not written: %s", item.kind, item.key, exc)
-        try:
-            conn.execute("BEGIN")
-            self._flush_failures(conn)
-            conn.execute("COMMIT")
-            self._pending_failures.clear()
-        except Exception:
-            _rollback(conn)
-        self._batch_done(failed=bool(lost))
-        return lost
-
-    def _batch_done(self, *, failed: bool) -> None:
-        # Written on the writer thread, read by the loop: plain int/bool stores, no torn values.
-        if failed:
-            self._failed_batches += 1
-        self._last_batch_failed = failed
-
-    def _note_failure(self, what: str, error: str) -> None:
-        self._pending_failures.append((time.time(), what, error))
-
-    def _flush_failures(self, conn: sqlite3.Connection) -> None:
-        conn.executemany(
-            "INSERT INTO recorder_failures (ts, what, error) VALUES (?, ?, ?)", list(self._pending_failures)
-        )
-
-
-def _rollback(conn: sqlite3.Connection) -> None:
-    try:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-    except sqlite3.Error:
-        pass
+        """One transaction for the batch (on the writer thread, or on the loop while that thread
+        is idle); returns the seqs of the items lost. See BatchWriter.write."""
+        assert self._conn is not None
+        return self._batches.write(self._conn, batch, self.dropped)

@@ -1,5 +1,5 @@
-"""What each queued record item becomes in SQLite: the recorder's writer thread applies them,
-one transaction per batch (router/record/recorder.py)."""
+"""What each queued record item becomes in SQLite (applied by router/record/batches.py), and
+what an answer's linked files add to its row afterwards."""
 
 from __future__ import annotations
 
@@ -26,6 +26,19 @@ class Item:
     size: int  # approximate bytes held in memory
 
 
+@dataclass(frozen=True, slots=True)
+class Enrichment:
+    """An answer's row is written before the answer leaves; what its linked files hold (the
+    page snapshot, console lines, screenshots) is read onto the row right after, off that path."""
+
+    ref_id: str
+    ts: float
+    result: Any  # the tools/call result, parsed or as JSON text
+    output_dir: Path
+    cwd: Path | None
+    want_snapshot: bool
+    want_console: bool
+
 
 def to_json(value: Any) -> str | None:
     if value is None:
@@ -47,8 +60,9 @@ class RowWriter:
         self.layout = layout
         self.note_failure = note_failure
 
-    def apply(self, conn: sqlite3.Connection, item: Item) -> None:
-        """One queued item as rows, inside the caller's transaction."""
+    def apply(self, conn: sqlite3.Connection, item: Item) -> Enrichment | None:
+        """One queued item as rows, inside the caller's transaction; for an answer that linked
+        files, what is still to be read from them (``enrich``, after the commit)."""
         ts, key, d = item.ts, item.key, item.data
         if item.kind == "open":
             client_info, protocol_version, port, pid, metadata, parent_id = d
@@ -91,21 +105,15 @@ class RowWriter:
                 "UPDATE sessions SET last_activity = max(last_activity, ?) WHERE id = ?", (ts, session_id)
             )
         elif item.kind == "response":
-            self._apply_response(conn, item)
+            return self._apply_response(conn, item)
         else:
             raise ValueError(f"unknown item kind {item.kind!r}")
+        return None
 
-    def _apply_response(self, conn: sqlite3.Connection, item: Item) -> None:
+    def _apply_response(self, conn: sqlite3.Connection, item: Item) -> Enrichment | None:
+        """The row the answer promised; what is read from the worker's files comes later."""
         status, result, page_snapshot, console_lines, error, duration_ms, output_dir, cwd = item.data
         result_text = to_json(result)
-        parsed = tool_result(result if isinstance(result, Mapping) else result_text) if output_dir else None
-        if parsed is not None and (page_snapshot is None or console_lines is None):
-            ex = extract(parsed, Path(output_dir), cwd=cwd)
-            page_snapshot = ex.page_snapshot if page_snapshot is None else page_snapshot
-            if console_lines is None and ex.console_lines:
-                console_lines = ex.console_lines
-        if parsed is not None and self.layout is not None:
-            self._keep_files(conn, item, parsed, Path(output_dir), cwd)
         lines = list(console_lines) if console_lines else None
         conn.execute(
             """INSERT INTO responses (ref_id, status, result, page_snapshot, console_logs, error, ts,
@@ -113,26 +121,55 @@ class RowWriter:
             (item.key, status, result_text, page_snapshot, to_json(lines), error, item.ts, duration_ms),
         )
         if lines:
-            conn.executemany(
-                "INSERT INTO console_logs (ref_id, level, message, location, ts) VALUES (?, ?, ?, ?, ?)",
-                [(item.key, e["level"], e["message"], to_json(e["location"]), item.ts)
-                 for e in normalize_console(lines)],
-            )
+            self._insert_console(conn, item.key, lines, item.ts)
+        if not output_dir or result_text is None:
+            return None
+        return Enrichment(
+            item.key, item.ts, result if isinstance(result, Mapping) else result_text, Path(output_dir), cwd,
+            want_snapshot=page_snapshot is None, want_console=console_lines is None,
+        )
 
+    def enrich(self, conn: sqlite3.Connection, job: Enrichment) -> None:
+        """The snapshot, console lines and files an answer linked, read from the worker's output
+        dir onto its row, inside the caller's transaction."""
+        parsed = tool_result(job.result)
+        if parsed is None:
+            return
+        if job.want_snapshot or job.want_console:
+            ex = extract(parsed, job.output_dir, cwd=job.cwd)
+            snapshot = ex.page_snapshot if job.want_snapshot else None
+            lines = list(ex.console_lines) if job.want_console and ex.console_lines else None
+            if snapshot is not None or lines:
+                conn.execute(
+                    """UPDATE responses SET page_snapshot = coalesce(page_snapshot, ?),
+                                            console_logs = coalesce(console_logs, ?) WHERE ref_id = ?""",
+                    (snapshot, to_json(lines), job.ref_id),
+                )
+            if lines:
+                self._insert_console(conn, job.ref_id, lines, job.ts)
+        if self.layout is not None:
+            self._keep_files(conn, job.ref_id, job.ts, parsed, job.output_dir, job.cwd)
+
+    @staticmethod
+    def _insert_console(conn: sqlite3.Connection, ref_id: str, lines: list[str], ts: float) -> None:
+        conn.executemany(
+            "INSERT INTO console_logs (ref_id, level, message, location, ts) VALUES (?, ?, ?, ?, ?)",
+            [(ref_id, e["level"], e["message"], to_json(e["location"]), ts) for e in normalize_console(lines)],
+        )
 
     def _keep_files(
-        self, conn: sqlite3.Connection, item: Item, result: Mapping[str, Any], output_dir: Path,
+        self, conn: sqlite3.Connection, ref_id: str, ts: float, result: Mapping[str, Any], output_dir: Path,
         cwd: Path | None,
     ) -> None:
         """Copies what the answer linked; a file that cannot be kept never costs the call's row."""
         assert self.layout is not None
         try:
             inline = [img.data for img in inline_images(result) if img.data is not None]
-            kept = files.keep_linked(result, output_dir, self.layout.files_dir(item.key), cwd=cwd, inline=inline)
+            kept = files.keep_linked(result, output_dir, self.layout.files_dir(ref_id), cwd=cwd, inline=inline)
         except Exception as exc:
-            self.note_failure(f"files {item.key}", repr(exc))
+            self.note_failure(f"files {ref_id}", repr(exc))
             return
         conn.executemany(
             "INSERT OR REPLACE INTO call_files (ref_id, name, title, mime, size, ts) VALUES (?, ?, ?, ?, ?, ?)",
-            [(item.key, f.name, f.title, f.mime, f.size, item.ts) for f in kept],
+            [(ref_id, f.name, f.title, f.mime, f.size, ts) for f in kept],
         )

@@ -130,6 +130,19 @@ def compact(result: Any, *, ref_id: str, tool: str | None) -> Any:
     return compacted
 
 
+def with_ref_meta(response: dict[str, Any], payload: bytes, ref_id: str) -> bytes:
+    """The answer with ``_meta.refId`` on its result: spliced into the worker's bytes when they
+    have the usual compact shape, else ``response`` (the parsed payload) re-encoded."""
+    spliced = splice_ref_meta(payload, ref_id)
+    if spliced is not None:
+        return spliced
+    result = response["result"]
+    if isinstance(result, dict):
+        meta = result.get("_meta")
+        result["_meta"] = {**(meta if isinstance(meta, dict) else {}), REF_META_KEY: ref_id}
+    return json.dumps(response).encode()
+
+
 def splice_ref_meta(payload: bytes, ref_id: str) -> bytes | None:
     """Adds `_meta.refId` to a result without re-encoding it; None when the shape is unexpected.
 

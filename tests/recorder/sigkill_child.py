@@ -37,9 +37,12 @@ async def main(db_path: Path) -> None:
             ref = f"main-{i}"
             rec.request(ref, "main", "tools/call", "browser_snapshot", {"i": i})
             rec.response(ref, status="success", result=RESULT, page_snapshot=SNAPSHOT, duration_ms=1.0)
-            await rec.flush()
+            await rec.flush_rows()  # what a tool answer waits for
             print(ref, flush=True)
             i += 1
+            # A router's answer goes out on a socket, which lets the other sessions run; a flush
+            # committed on the loop itself need not yield.
+            await asyncio.sleep(0)
         del tasks
 
 

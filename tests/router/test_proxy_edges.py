@@ -1,75 +1,123 @@
-"""Proxy edge cases with a worker mocked by respx: what the router does with odd worker answers."""
+"""Proxy edge cases at the socket: a scripted worker answers with the bytes each test writes, so
+the router's own HTTP client to its workers meets odd framing, hang-ups and bad HTTP."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
-import respx
 
-from tests.support import RawClient, RouterThread, router_settings
+from router.http.upstream import UpstreamPool
+from tests.support import RawClient, RouterThread, free_port, messages_of, router_settings
+from tests.support.scripted_worker import CLOSE, ScriptedWorker, ThenClose, http_answer
+
+TOOLS = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"tools": []}}).encode()
+JSON_HEADERS = {"content-type": "application/json"}
+
+
+@dataclass
+class Edge:
+    router: RouterThread
+    client: RawClient
+    worker: ScriptedWorker
 
 
 @pytest.fixture
-def mocked(state_dir: Path) -> Iterator[tuple[RouterThread, RawClient, respx.MockRouter]]:
+def edge(state_dir: Path) -> Iterator[Edge]:
     with RouterThread(router_settings(state_dir)) as router, RawClient(router.url) as client:
         client.initialize()
         client.start_worker()
-        worker_url = router.manager.sessions.get(client.session_id).connection.url
-        # Only the worker is mocked; the test's own requests to the router go through for real.
-        with respx.mock(assert_all_called=False) as mock:
-            mock.route(host="127.0.0.1", port=router.port).pass_through()
-            yield router, client, mock.route(url=worker_url)  # type: ignore[misc]
+        connection = router.manager.sessions.get(client.session_id).connection
+        with ScriptedWorker(http_answer(200, TOOLS, JSON_HEADERS)) as worker:
+            # The session's client traffic now goes to the scripted worker; the router's own
+            # sessions (handshake replays) still reach the real stand-in worker.
+            connection.upstream = UpstreamPool("127.0.0.1", worker.port, "/mcp")
+            yield Edge(router, client, worker)
         client.delete()
 
 
-def test_worker_5xx_becomes_502_with_jsonrpc_error(mocked: tuple[RouterThread, RawClient, respx.Route]) -> None:
-    _, client, route = mocked
-    route.respond(500, text="<html>boom</html>", headers={"content-type": "text/html"})
-    r = client.post({"jsonrpc": "2.0", "id": 31, "method": "tools/list"})
-    assert r.status_code == 502
-    body = r.json()
-    assert body["id"] == 31 and body["error"]["data"]["worker_status"] == 500
+def tools_list(client: RawClient, id: int) -> tuple[int, dict[str, object]]:
+    r = client.post({"jsonrpc": "2.0", "id": id, "method": "tools/list"})
+    return r.status_code, messages_of(r)[-1]
 
 
-def test_worker_losing_the_session_is_not_a_client_404(mocked: tuple[RouterThread, RawClient, respx.Route]) -> None:
-    _, client, route = mocked
-    route.respond(404, json={"jsonrpc": "2.0", "id": None, "error": {"code": -32001, "message": "gone"}})
-    r = client.post({"jsonrpc": "2.0", "id": 32, "method": "tools/list"})
-    assert r.status_code == 502
+def test_worker_5xx_becomes_502_with_jsonrpc_error(edge: Edge) -> None:
+    edge.worker.answers.append(http_answer(500, b"<html>boom</html>", {"content-type": "text/html"}))
+    status, body = tools_list(edge.client, 31)
+    assert status == 502
+    assert body["id"] == 31 and body["error"]["data"]["worker_status"] == 500  # type: ignore[index]
 
 
-def test_worker_hop_by_hop_and_length_headers_are_not_forwarded(
-    mocked: tuple[RouterThread, RawClient, respx.Route],
-) -> None:
-    _, client, route = mocked
-    body = json.dumps({"jsonrpc": "2.0", "id": 33, "result": {"tools": []}}).encode()
-    route.respond(
-        200,
-        content=body,
-        headers={
-            "content-type": "application/json",
-            "connection": "close",
-            "keep-alive": "timeout=1",
-            "x-worker": "yes",
-            "mcp-session-id": "worker-internal-id",
-        },
-    )
-    r = client.post({"jsonrpc": "2.0", "id": 33, "method": "tools/list"})
+def test_worker_losing_the_session_is_not_a_client_404(edge: Edge) -> None:
+    gone = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32001, "message": "gone"}}).encode()
+    edge.worker.default = http_answer(404, gone, JSON_HEADERS)
+    status, _ = tools_list(edge.client, 32)
+    assert status == 502
+
+
+def test_worker_hop_by_hop_and_length_headers_are_not_forwarded(edge: Edge) -> None:
+    headers = {
+        **JSON_HEADERS,
+        "connection": "close",
+        "keep-alive": "timeout=1",
+        "x-worker": "yes",
+        "mcp-session-id": "worker-internal-id",
+    }
+    edge.worker.answers.append(http_answer(200, TOOLS.replace(b'"id": 1', b'"id": 33'), headers))
+    r = edge.client.post({"jsonrpc": "2.0", "id": 33, "method": "tools/list"})
     assert r.status_code == 200
     assert r.headers["x-worker"] == "yes"
-    assert r.headers["mcp-session-id"] == client.session_id
+    assert r.headers["mcp-session-id"] == edge.client.session_id
     assert "keep-alive" not in r.headers
     # The router appended its own tools, so the length differs from the worker's: no stale header.
     assert len(r.json()["result"]["tools"]) == 3
     assert int(r.headers.get("content-length", len(r.content))) == len(r.content)
 
 
-def test_worker_connection_refused_is_502(mocked: tuple[RouterThread, RawClient, respx.Route]) -> None:
-    _, client, route = mocked
-    route.side_effect = httpx.ConnectError("refused")
-    r = client.post({"jsonrpc": "2.0", "id": 34, "method": "tools/list"})
-    assert r.status_code == 502 and r.json()["error"]["code"] == -32603
+def test_kept_alive_socket_is_reused_and_connection_close_is_honoured(edge: Edge) -> None:
+    for id in (41, 42, 43):
+        assert tools_list(edge.client, id)[0] == 200
+    assert edge.worker.connections == 1
+    edge.worker.answers.append(http_answer(200, TOOLS, {**JSON_HEADERS, "connection": "close"}))
+    assert tools_list(edge.client, 44)[0] == 200
+    assert tools_list(edge.client, 45)[0] == 200  # a new socket, after the worker closed the old one
+    assert edge.worker.connections == 2
+
+
+def test_chunked_sse_answer_is_relayed_with_its_ref(edge: Edge) -> None:
+    answer = {"jsonrpc": "2.0", "id": 51, "result": {"content": [{"type": "text", "text": "hi"}]}}
+    event = b"event: message\ndata: " + json.dumps(answer).encode() + b"\n\n"
+    edge.worker.answers.append(http_answer(200, event, {"content-type": "text/event-stream"}, chunked=True))
+    r = edge.client.post({"jsonrpc": "2.0", "id": 51, "method": "tools/call", "params": {"name": "browser_tabs"}})
+    assert r.status_code == 200
+    (message,) = messages_of(r)
+    assert message["result"]["content"][0]["text"] == "hi"
+    assert message["result"]["_meta"]["mcp-router/refId"]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        CLOSE,
+        ThenClose(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{\"partial"),
+        ThenClose(b"this is not HTTP\r\n\r\n"),
+    ],
+    ids=["hang-up", "short-body", "garbage"],
+)
+def test_worker_breaking_mid_answer_is_502_with_jsonrpc_error(edge: Edge, answer: bytes) -> None:
+    edge.worker.answers.append(answer)
+    status, body = tools_list(edge.client, 61)
+    assert status == 502
+    assert body["id"] == 61 and body["error"]["code"] == -32603  # type: ignore[index]
+
+
+def test_worker_refusing_connections_gets_a_resumed_worker(edge: Edge) -> None:
+    session = edge.router.manager.sessions.get(edge.client.session_id)
+    before = session.connection
+    before.upstream = UpstreamPool("127.0.0.1", free_port(), "/mcp")  # nobody listens there
+    status, body = tools_list(edge.client, 34)
+    assert status == 200 and body["id"] == 34
+    assert session.connection is not before  # nothing was delivered, so a new worker took it
