@@ -13,14 +13,13 @@ unless ``end_on_exit=False``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
 
 from router.client import _checks
-from router.client._exceptions import SessionExpired, ToolFailed
+from router.client._exceptions import ConnectionFailed, SessionExpired, ToolFailed
 from router.client.models import (
     ConsoleMessages,
     Content,
@@ -41,6 +40,7 @@ if TYPE_CHECKING:
     from router.client._connection import Connection
 
 DEFAULT_TIMEOUT: Final = 30.0
+CLOSE_TIMEOUT: Final = 15.0  # closing the SDK session and the DELETE, even when the caller is cancelled
 GET_CONTENT: Final = "get_content"  # router.record.tools answers it from the record
 _R = TypeVar("_R", bound=ToolResult)
 
@@ -70,7 +70,6 @@ class BrowserSession:
         self._headers = {"authorization": f"Bearer {token}"} if token else {}
         self._end_on_exit = end_on_exit
         self._transport = transport
-        self._stack: AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
         self._connection: Connection | None = None
         self._reopening = anyio.Lock()
@@ -81,19 +80,39 @@ class BrowserSession:
         return self._connection.session_id if self._connection else None
 
     async def __aenter__(self) -> BrowserSession:
-        async with AsyncExitStack() as stack:
-            self._tg = await stack.enter_async_context(anyio.create_task_group())
+        # The task group hosts the connection's task; it is left without the body's exception
+        # (after the connection is closed), so that exception reaches the caller unwrapped.
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        try:
             self._connection = await self._open()
-            stack.push_async_callback(self._close)
-            self._stack = stack.pop_all()
+        except BaseException:
+            self._tg = None
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
+            raise
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        stack, self._stack = self._stack, None
-        if stack is not None:
-            await stack.__aexit__(exc_type, exc, tb)
+        tg, self._tg = self._tg, None
+        if tg is None:
+            return
+        try:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT):
+                await self._close()
+        finally:
+            tg.cancel_scope.cancel()  # whatever did not close in time
+            try:
+                await tg.__aexit__(None, None, None)
+            except BaseExceptionGroup as group:  # the connection's task failed (the SDK's transport)
+                failures = group.subgroup(lambda e: not isinstance(e, anyio.get_cancelled_exc_class()))
+                if failures is None:
+                    raise
+                first = failures.exceptions[0]
+                raise ConnectionFailed(f"the connection to the router {self.url} broke: {first!r}") from group
 
     # -- the tools ------------------------------------------------------------------------
 
