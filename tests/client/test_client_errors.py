@@ -102,6 +102,37 @@ async def test_busy_is_service_busy_with_retry_after_and_the_session_stays(route
     assert "At capacity" in caught.value.message and "retry after 7 s" in caught.value.message
 
 
+async def test_a_busy_router_at_open_is_service_busy(router: StandInRouter) -> None:
+    router.mock.post(router.url).mock(return_value=error(503, -32603, "Too many sessions", **{"retry-after": "3"}))
+    with pytest.raises(ServiceBusy) as caught:
+        async with session(router):
+            pass
+    assert caught.value.retry_after == 3.0
+
+
+async def test_concurrent_calls_each_get_their_own_status(router: StandInRouter) -> None:
+    def busy_for_snapshots(request: httpx.Request, params: dict[str, Any]) -> httpx.Response:
+        if params["name"] == "browser_snapshot":
+            return error(503, -32603, "At capacity", **{"retry-after": "1"})
+        return result(request_id(request), text_result("### Result\n[]"))
+
+    router.tool_answer = busy_for_snapshots
+    outcomes: dict[str, Any] = {}
+
+    async def run(name: str, call: Any) -> None:
+        try:
+            outcomes[name] = await call
+        except RouterError as exc:
+            outcomes[name] = exc
+
+    async with session(router) as b, anyio.create_task_group() as tg:
+        for i in range(3):
+            tg.start_soon(run, f"snapshot{i}", b.snapshot())
+            tg.start_soon(run, f"tabs{i}", b.tabs())
+    assert all(isinstance(outcomes[f"snapshot{i}"], ServiceBusy) for i in range(3)), outcomes
+    assert all(outcomes[f"tabs{i}"].tabs == [] for i in range(3)), outcomes
+
+
 def test_retry_after_as_an_http_date() -> None:
     in_a_minute = email.utils.formatdate(time.time() + 60, usegmt=True)
     seconds = retry_after_seconds(in_a_minute)
