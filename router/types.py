@@ -16,6 +16,9 @@ H_CONTENT_LENGTH: Final = "content-length"
 # The operator API's actions (end, hibernate) need it: a cross-site page cannot send it unpreflighted.
 ACTION_HEADER: Final = "x-mcp-router-action"
 
+# The router's id for one recorded call, in each tools/call answer's `_meta` (get_content reads it).
+REF_META_KEY: Final = "mcp-router/refId"
+
 JSON: Final = "application/json"
 SSE: Final = "text/event-stream"
 

@@ -377,7 +377,7 @@ def console_levels(lines: Sequence[str]) -> dict[str, int]:
 
 # "- 1: (current) [Title](url)"; the title may hold brackets, so the URL is the last (...) group.
 _REF_RE = re.compile(r"\[ref=(?:f(\d+))?e\d+\]")
-_TAB_RE = re.compile(r"^- (\d+): (?:\(current\) )?\[.*\]\(([^()\s]*)\)\s*$", re.MULTILINE)
+_TAB_RE = re.compile(r"^- (\d+): (\(current\) )?\[(.*)\]\(([^()\s]*)\)\s*$", re.MULTILINE)
 
 
 def ref_frame(text: str) -> int | None:
@@ -389,6 +389,19 @@ def ref_frame(text: str) -> int | None:
     return min(int(frame) if frame else 0 for frame in found)  # iframes come after their page
 
 
+@dataclass(frozen=True)
+class TabEntry:
+    index: int
+    url: str
+    title: str
+    current: bool
+
+
+def tab_entries(text: str) -> list[TabEntry]:
+    """The tabs an answer lists (``- 1: (current) [Title](url)``), by index."""
+    tabs = [TabEntry(int(i), url, title, bool(cur)) for i, cur, title, url in _TAB_RE.findall(text)]
+    return sorted(tabs, key=lambda tab: tab.index)
+
+
 def parse_tabs(text: str) -> list[str]:
-    tabs = sorted((int(i), url) for i, url in _TAB_RE.findall(text))
-    return [url for _, url in tabs]
+    return [tab.url for tab in tab_entries(text)]

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 from router.record import snapshots
 from router.record.records import RecordError
+from router.types import REF_META_KEY
 
 if TYPE_CHECKING:
     from router.record.records import Records
 
-REF_META_KEY: Final = "mcp-router/refId"
 GET_CONTENT: Final = "get_content"
 GET_CONSOLE: Final = "get_console_content"
 CREATE_NEW_SESSION: Final = "create_new_session"

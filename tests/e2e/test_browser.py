@@ -10,30 +10,26 @@ from pathlib import Path
 
 from mcp import Client
 
-from tests.support import ROOT, RawClient, RouterThread, find_ref, wait_for
+from router.client import BrowserSession
+from tests.support import ROOT, RawClient, RouterThread, async_wait_for
 from workers.orphans import processes_for
 
 
-def test_navigate_snapshot_click_and_console(pw_router: RouterThread, pages: str) -> None:
-    with RawClient(pw_router.url) as c:
-        c.initialize()
-        tools = c.request("tools/list")["result"]["tools"]
-        assert {"browser_navigate", "browser_snapshot", "browser_click"} <= {t["name"] for t in tools}
+async def test_navigate_snapshot_click_and_console(pw_router: RouterThread, pages: str) -> None:
+    async with BrowserSession(pw_router.url, token=pw_router.token) as browser:
+        page = await browser.navigate(f"{pages}/")
+        assert page.title == "Home"
+        snapshot = await browser.snapshot()
+        assert "Router test page" in snapshot.snapshot
 
-        text = c.text("browser_navigate", url=f"{pages}/")
-        assert "- Page Title: Home" in text
-        snapshot = c.text("browser_snapshot")
-        assert "Router test page" in snapshot
-        ref = find_ref(snapshot, "Click me")
+        await browser.click("Click me button", snapshot.ref("Click me"))  # a tool error raises ToolFailed
+        after = await browser.snapshot()
+        assert "Clicked" in after.snapshot
 
-        clicked = c.text("browser_click", target=ref, element="Click me button")
-        assert "### Error" not in clicked, clicked
-        after = c.text("browser_snapshot")
-        assert "Clicked" in after
-
-        console = c.text("browser_console_messages", level="error")
-        assert "clicked-error" in console
-        assert c.delete().status_code == 200
+        console = await browser.console("error")
+        assert "clicked-error" in console.messages
+        session_id = browser.session_id
+    assert session_id and pw_router.manager.sessions.get(session_id) is None  # DELETEd on the way out
 
 
 def test_ten_concurrent_sessions_are_isolated(pw_router: RouterThread, pages: str) -> None:
@@ -64,14 +60,13 @@ def test_ten_concurrent_sessions_are_isolated(pw_router: RouterThread, pages: st
             c.close()
 
 
-def test_ended_session_leaves_no_browser(pw_router: RouterThread, pages: str) -> None:
+async def test_ended_session_leaves_no_browser(pw_router: RouterThread, pages: str) -> None:
     state = pw_router.settings.state_dir
-    with RawClient(pw_router.url) as c:
-        c.initialize()
-        c.text("browser_navigate", url=f"{pages}/")
-        assert len(processes_for(state, c.session_id)) > 1  # node and its Chromium
-        c.delete()
-        wait_for(lambda: not processes_for(state, c.session_id), timeout=10)
+    async with BrowserSession(pw_router.url, token=pw_router.token) as browser:
+        await browser.navigate(f"{pages}/")
+        session_id = browser.session_id
+        assert session_id and len(processes_for(state, session_id)) > 1  # node and its Chromium
+    await async_wait_for(lambda: not processes_for(state, session_id), within=10)
 
 
 async def test_python_sdk_default_mode_ends_in_a_working_session(pw_router: RouterThread, pages: str) -> None:
