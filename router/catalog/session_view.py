@@ -64,9 +64,9 @@ class SessionView:
             row = await records.get_call(call["ref_id"], session_id=session_id)
             result = tool_result(row["result"]) or {}
             facts = summarize(result)
-            view.answers.append(
-                Answer(call["ref_id"], call["tool"] or "", float(call["ts"]), row["page_snapshot"], facts, _tabs(facts))
-            )
+            answer = Answer(call["ref_id"], call["tool"] or "", float(call["ts"]), row["page_snapshot"], facts,
+                            tabs_of(facts))
+            view.answers.append(answer)
         return view
 
     @property
@@ -121,7 +121,7 @@ class SessionView:
         return any(c["ref_id"] == ref_id for c in self.calls)
 
 
-def _tabs(facts: Extracted) -> tuple[Tab, ...] | None:
+def tabs_of(facts: Extracted) -> tuple[Tab, ...] | None:
     listed = facts.sections.get("Open tabs")
     if listed is not None:
         tabs = tuple(
