@@ -9,19 +9,18 @@ import base64
 import json
 import os
 import subprocess
-import warnings
 from pathlib import Path
 from typing import Any, Final
 
 import httpx
 import pytest
-from mcp import Client, MCPDeprecationWarning, MCPError
-from mcp_types import Implementation, ResourceListChangedNotification, ResourceUpdatedNotification
+from mcp import MCPError
+from mcp_types import ResourceListChangedNotification, ResourceUpdatedNotification
 
 from router.catalog.resources import uri
 from router.operator.api import ACTION_HEADER
-from router.sessions.table import Session
-from tests.support import REF_KEY, ROOT, TEST_TOKEN, RouterThread, async_wait_for, auth_headers
+from tests.support import REF_KEY, ROOT, RouterThread, async_wait_for, auth_headers
+from tests.support.sdk import sdk_client, session_named, subscribe
 from workers.orphans import processes_for
 
 RESOURCE_NOT_FOUND: Final = -32002
@@ -46,25 +45,6 @@ class Heard:
             self.list_changes += 1
 
 
-def client(router: RouterThread, name: str, heard: Heard | None = None) -> Client:
-    return Client(
-        f"{router.url}?token={TEST_TOKEN}", mode="legacy", message_handler=heard,
-        client_info=Implementation(name=name, version="1"),
-    )  # fmt: skip
-
-
-def session_named(router: RouterThread, name: str) -> Session:
-    found = [s for s in router.manager.sessions.live() if s.client_info.get("name") == name]
-    assert len(found) == 1, found
-    return found[0]
-
-
-async def subscribe(c: Client, address: str) -> None:
-    with warnings.catch_warnings():  # 2026-07-28 drops resources/subscribe; a session client has it
-        warnings.simplefilter("ignore", MCPDeprecationWarning)
-        await c.subscribe_resource(address)
-
-
 def contents(result: Any) -> Any:
     return result.contents[0]
 
@@ -73,7 +53,7 @@ async def test_page_resource_follows_navigation_and_screenshots_are_listed(
     pw_router: RouterThread, pages: str
 ) -> None:
     heard = Heard()
-    async with client(pw_router, "res-nav", heard) as c, client(pw_router, "res-other") as other:
+    async with sdk_client(pw_router, "res-nav", heard) as c, sdk_client(pw_router, "res-other") as other:
         await c.call_tool("browser_navigate", {"url": f"{pages}/"})
         session = session_named(pw_router, "res-nav")
         page_uri = uri("page", session.id, 0)
@@ -105,7 +85,7 @@ async def test_page_resource_follows_navigation_and_screenshots_are_listed(
 
 async def test_dormant_session_reads_its_resources_without_a_spawn(pw_router: RouterThread, pages: str) -> None:
     state_dir = pw_router.settings.state_dir
-    async with client(pw_router, "res-dormant") as c:
+    async with sdk_client(pw_router, "res-dormant") as c:
         await c.call_tool("browser_navigate", {"url": f"{pages}/second"})
         session = session_named(pw_router, "res-dormant")
         async with httpx.AsyncClient(trust_env=False, timeout=60) as http:

@@ -4,14 +4,12 @@ answer gives rise to)."""
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from mcp import Client, MCPDeprecationWarning, MCPError
-from mcp_types import Implementation
+from mcp import MCPError
 
 from router.catalog.answers import LIST_CHANGED, UPDATED, Catalog
 from router.catalog.paging import CatalogError, page
@@ -20,39 +18,19 @@ from router.catalog.resources import ResourceCatalog, uri
 from router.catalog.session_view import Answer, SessionView, tabs_of
 from router.record.snapshots import summarize
 from router.sessions.table import Session
-from tests.support import TEST_TOKEN, RouterThread
+from tests.support import RouterThread
+from tests.support.sdk import sdk_client, session_named, subscribe
 
 INVALID_PARAMS = -32602
 RESOURCE_NOT_FOUND = -32002
 BUILTIN_PROMPTS = {"web-scraping", "form-filling", "login-flow", "screenshot-comparison", "e2e-user-flow"}
 
 
-def with_token(url: str) -> str:
-    return f"{url}?token={TEST_TOKEN}"
-
-
-def client(router: RouterThread, name: str) -> Client:
-    return Client(with_token(router.url), mode="legacy", client_info=Implementation(name=name, version="1"))
-
-
-async def subscribe(c: Client, address: str) -> None:
-    """The SDK warns that 2026-07-28 drops resources/subscribe; a session client still uses it."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", MCPDeprecationWarning)
-        await c.subscribe_resource(address)
-
-
-def session_named(router: RouterThread, name: str) -> Session:
-    found = [s for s in router.manager.sessions.live() if s.client_info.get("name") == name]
-    assert len(found) == 1, found
-    return found[0]
-
-
 # -- through the SDK, stand-in worker ------------------------------------------------------------
 
 
 async def test_capabilities_and_prompts_through_the_sdk(fake_router: RouterThread) -> None:
-    async with client(fake_router, "catalog-prompts") as c:
+    async with sdk_client(fake_router, "catalog-prompts") as c:
         capabilities = c.server_capabilities
         assert capabilities is not None and capabilities.tools is not None
         assert capabilities.resources is not None and capabilities.resources.subscribe is True
@@ -75,7 +53,7 @@ async def test_capabilities_and_prompts_through_the_sdk(fake_router: RouterThrea
 
 
 async def test_own_resources_read_without_a_worker_and_others_refused(fake_router: RouterThread) -> None:
-    async with client(fake_router, "catalog-a") as a, client(fake_router, "catalog-b") as b:
+    async with sdk_client(fake_router, "catalog-a") as a, sdk_client(fake_router, "catalog-b") as b:
         await a.list_tools()  # answered from the handshake cache: still no worker
         mine = session_named(fake_router, "catalog-a")
         listed = [r.uri for r in (await a.list_resources()).resources]
