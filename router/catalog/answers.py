@@ -55,6 +55,20 @@ class Catalog:
             result["capabilities"] = {**(capabilities if isinstance(capabilities, dict) else {}), **CAPABILITIES}
         return result
 
+    @staticmethod
+    def recordable(response: dict[str, Any]) -> dict[str, Any]:
+        """An answer as the record keeps it: an image read by its size only, not a copy each time."""
+        result = response.get("result")
+        contents = result.get("contents") if isinstance(result, dict) else None
+        if not isinstance(result, dict) or not isinstance(contents, list):
+            return response
+        kept = [
+            {k: v for k, v in c.items() if k != "blob"} | {"blob_chars": len(str(c["blob"]))}
+            if isinstance(c, dict) and "blob" in c else c
+            for c in contents
+        ]
+        return {**response, "result": {**result, "contents": kept}}
+
     async def answer(self, session: Session, message: ClientMessage) -> dict[str, Any]:
         """The result for one of ``handles``' methods; CatalogError for a JSON-RPC error."""
         handler = self._handlers[message.method or ""]

@@ -34,7 +34,7 @@ TEMPLATES: Final = (
     ("console", "{session}/{ref_id}", "Console", "The console entries a call recorded"),
     ("network-log", "{session}/{tab}", "Network log", "A tab's requests, from browser_network_requests"),
 )
-_URI = re.compile(r"^playwright:///(?P<kind>[a-z-]+)/(?P<session>[A-Za-z0-9_-]+)(?:/(?P<part>[A-Za-z0-9_-]+))?$")
+_URI = re.compile(r"^playwright:///(?P<kind>[a-z-]+)/(?P<session>[^/]+)(?:/(?P<part>[A-Za-z0-9_-]+))?$")
 
 
 def uri(kind: str, session_id: str, part: str | int | None = None) -> str:

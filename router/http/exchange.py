@@ -106,7 +106,7 @@ class Exchange:
                             "result": await self.hooks.catalog.answer(self.session, message)}
             except CatalogError as exc:
                 response = {"jsonrpc": "2.0", "id": message.id, "error": exc.error()}
-            await self._complete(_without_blobs(response))  # an image read is not worth a copy in the record
+            await self._complete(self.hooks.catalog.recordable(response))
             return json.dumps(response).encode()
         else:
             cached = self.hooks.cached_answer(self.session, message)
@@ -230,18 +230,3 @@ class Exchange:
     def _elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started) * 1000
 
-
-def _without_blobs(response: dict[str, Any]) -> dict[str, Any]:
-    """A resources/read answer as the record keeps it: binary contents by their size only."""
-    result = response.get("result")
-    contents = result.get("contents") if isinstance(result, dict) else None
-    if not isinstance(result, dict) or not isinstance(contents, list) or not any(
-        isinstance(c, dict) and "blob" in c for c in contents
-    ):
-        return response
-    kept = [
-        {k: v for k, v in c.items() if k != "blob"} | {"blob_chars": len(str(c["blob"]))}
-        if isinstance(c, dict) and "blob" in c else c
-        for c in contents
-    ]
-    return {**response, "result": {**result, "contents": kept}}

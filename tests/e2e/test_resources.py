@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import sqlite3
 import subprocess
 from pathlib import Path
 from typing import Any, Final
@@ -76,6 +77,14 @@ async def test_page_resource_follows_navigation_and_screenshots_are_listed(
         image = contents(await c.read_resource(shot_uri))
         assert image.mime_type in ("image/png", "image/jpeg")
         assert base64.b64decode(image.blob).startswith(PNG_MAGIC) or image.mime_type == "image/jpeg"
+        # The record keeps the read, not another copy of the image.
+        with sqlite3.connect(pw_router.settings.state_dir / "router.db") as db:
+            kept = db.execute(
+                "SELECT p.result FROM requests r JOIN responses p ON p.ref_id = r.ref_id"
+                " WHERE r.session_id = ? AND r.method = 'resources/read' AND r.params LIKE ?",
+                (session.id, f"%{ref_id}%"),
+            ).fetchall()
+        assert kept and all('"blob_chars"' in row[0] and image.blob not in row[0] for row in kept)
 
         for address in (page_uri, shot_uri, uri("session", session.id)):
             with pytest.raises(MCPError) as refused:
