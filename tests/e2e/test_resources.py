@@ -1,7 +1,7 @@
 """Resources and prompts through the real worker, with the Python and TypeScript SDK clients:
 the page resource follows a navigation (subscribe, notifications/resources/updated, read back),
-a screenshot appears in the list and reads as an image, another session's resources are refused,
-and a dormant session reads its resources without a worker being spawned."""
+a screenshot and a new tab appear in the list (list_changed), the image reads back, another
+session's resources are refused, and a dormant session reads its own without a spawn."""
 
 from __future__ import annotations
 
@@ -85,6 +85,13 @@ async def test_page_resource_follows_navigation_and_screenshots_are_listed(
                 (session.id, f"%{ref_id}%"),
             ).fetchall()
         assert kept and all('"blob_chars"' in row[0] and image.blob not in row[0] for row in kept)
+
+        before = heard.list_changes
+        await c.call_tool("browser_tabs", {"action": "new", "url": f"{pages}/"})
+        await async_wait_for(lambda: heard.list_changes > before, within=NOTICE_WAIT)
+        second_tab = json.loads(contents(await c.read_resource(uri("page", session.id, 1))).text)
+        assert second_tab["url"] == f"{pages}/" and second_tab["current"] is True
+        assert json.loads(contents(await c.read_resource(page_uri)).text)["current"] is False
 
         for address in (page_uri, shot_uri, uri("session", session.id)):
             with pytest.raises(MCPError) as refused:
