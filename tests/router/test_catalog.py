@@ -4,6 +4,7 @@ answer gives rise to)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from router.catalog.paging import CatalogError, page
 from router.catalog.prompts import BUILTIN_DIR, PromptLibrary
 from router.catalog.resources import ResourceCatalog, uri
 from router.catalog.session_view import Answer, SessionView, tabs_of
+from router.http.messages import parse
 from router.record.snapshots import summarize
 from router.sessions.table import Session
 from tests.support import RouterThread
@@ -169,3 +171,23 @@ def test_session_view_reads_tabs_and_network_logs() -> None:
     assert list(view.network_logs()) == [1]
     snapshot = view.snapshot(view.tabs()[0])
     assert snapshot is not None and snapshot.ref_id == "r1"
+
+
+async def test_malformed_or_foreign_uris_are_not_found_and_a_missing_uri_is_invalid() -> None:
+    catalog = Catalog(ResourceCatalog(records=lambda: None, files_dir=Path), PromptLibrary())
+    session = Session(id="s" * 20)
+    for address in (
+        f"playwright:///session/{session.id}/0", f"playwright:///page/{session.id}", f"playwright:///bogus/{session.id}/1",
+        f"playwright:///page/{session.id}/x", f"http://host/session/{session.id}", f"playwright:///page/{'o' * 20}/0",
+        f"playwright:///console/{session.id}/../../etc",
+    ):
+        with pytest.raises(CatalogError) as refused:
+            await catalog.answer(session, parse(json.dumps(read_request(address)).encode()))
+        assert refused.value.code == RESOURCE_NOT_FOUND, address
+    with pytest.raises(CatalogError) as invalid:
+        await catalog.answer(session, parse(json.dumps(read_request(None)).encode()))
+    assert invalid.value.code == INVALID_PARAMS
+
+
+def read_request(address: str | None) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": {"uri": address}}
