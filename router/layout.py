@@ -6,6 +6,7 @@
     <state>/workers/<id>.json         pid files of live workers (workers/orphans.py)
     <state>/files/<ref_id>/<name>     files a recorded call linked (screenshots, pdfs), kept with
                                       its row so that they outlive the worker's output dir
+    <state>/prompts/*.toml            the operator's own MCP prompts (router/catalog/prompts.py)
 
 ``workers/`` computes the session, output, profile and pid paths itself (it must not import the
 router); tests/router/test_layout.py checks that both agree.
@@ -23,6 +24,7 @@ ROUTER_FILE: Final = "router.json"
 SESSIONS: Final = "sessions"
 WORKERS: Final = "workers"
 FILES: Final = "files"
+PROMPTS: Final = "prompts"
 OUTPUT: Final = "out"
 PROFILE: Final = "profile"
 SESSION_FILE: Final = "session.json"
@@ -63,6 +65,11 @@ class StateLayout:
     @property
     def files_root(self) -> Path:
         return self.root / FILES
+
+    @property
+    def prompts_dir(self) -> Path:
+        """The operator's own prompt files (router/catalog/prompts.py), beside the built-in ones."""
+        return self.root / PROMPTS
 
     def session_dir(self, session_id: str) -> Path:
         return self.sessions_root / _checked(session_id)

@@ -13,6 +13,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from router.catalog.answers import Catalog
+from router.catalog.prompts import PromptLibrary
+from router.catalog.resources import ResourceCatalog
 from router.cli import admin
 from router.health import Health
 from router.http.auth import (
@@ -154,6 +157,14 @@ def create_app(settings: Settings) -> Starlette:
         cached_answer=manager.cached_answer,
         renew_browser=manager.renew_browser,
         on_tool_answer=manager.on_tool_answer,
+        catalog=Catalog(
+            ResourceCatalog(
+                records=lambda: recorder.records if recorder is not None else None,
+                files_dir=layout.files_dir,
+                viewport=settings.viewport,
+            ),
+            PromptLibrary(layout.prompts_dir),
+        ),
     )
     endpoint = McpEndpoint(
         manager,

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from router.catalog.paging import CatalogError
 from router.http.messages import ClientMessage
 from router.http.sse import encode_event, event_data, event_id
 from router.http.timing import RequestTiming
@@ -17,6 +18,7 @@ from router.http.tool_policy import ToolPolicy
 from router.record import tools
 
 if TYPE_CHECKING:
+    from router.catalog.answers import Catalog
     from router.operator.metrics import Metrics
     from router.record.recorder import Recorder
     from router.sessions.table import Session
@@ -38,6 +40,8 @@ class ExchangeHooks:
     renew_browser: Callable[[Session], Awaitable[str]]
     # Notes a tool answer's page URL and adds a pending resume notice; True when it changed it.
     on_tool_answer: Callable[[Session, dict[str, Any]], bool]
+    # resources/* and prompts/*, answered from the record and the prompt files (router/catalog/).
+    catalog: Catalog | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -73,6 +77,7 @@ class Exchange:
             self.message.tool_name in tools.NAMES
             or (self.is_tool_call and not self.hooks.tool_policy.allows(self.message.tool_name))
             or self.hooks.cached_answer(self.session, self.message) is not None
+            or (self.hooks.catalog is not None and self.hooks.catalog.handles(self.message.method))
         )
 
     async def local_answer(self) -> bytes | None:
@@ -95,6 +100,14 @@ class Exchange:
                 renew=lambda: self.hooks.renew_browser(self.session),
             )
             response = {"jsonrpc": "2.0", "id": message.id, "result": result}
+        elif self.hooks.catalog is not None and self.hooks.catalog.handles(message.method):
+            try:
+                response = {"jsonrpc": "2.0", "id": message.id,
+                            "result": await self.hooks.catalog.answer(self.session, message)}
+            except CatalogError as exc:
+                response = {"jsonrpc": "2.0", "id": message.id, "error": exc.error()}
+            await self._complete(self.hooks.catalog.recordable(response))
+            return json.dumps(response).encode()
         else:
             cached = self.hooks.cached_answer(self.session, message)
             if cached is None:
@@ -148,12 +161,18 @@ class Exchange:
         if "result" not in response:
             return None
         method = self.message.method
+        catalog = self.hooks.catalog
+        if method == "initialize" and catalog is not None:
+            response["result"] = catalog.with_capabilities(response["result"])
+            return json.dumps(response).encode()
         if method == "tools/list":
             result = self.hooks.tool_policy.filter_list(response["result"])
             response["result"] = tools.with_router_tools(result)
             return json.dumps(response).encode()
         if method != "tools/call":
             return None
+        if catalog is not None:
+            catalog.after_tool_answer(self.session, self.message.tool_name, response["result"])
         # Notes the page URL; the first answer after a resume gets a notice.
         if self.hooks.on_tool_answer(self.session, response):
             payload = json.dumps(response, separators=(",", ":")).encode()  # the form splice_ref_meta reads
@@ -210,3 +229,4 @@ class Exchange:
 
     def _elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started) * 1000
+

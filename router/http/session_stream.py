@@ -11,14 +11,15 @@ worker accepts one stream per session).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
-from typing import Final
+from typing import Any, Final
 
 import anyio
 from starlette.types import Receive, Scope, Send
 
 from router.http.proxy import WorkerConnection, upstream_headers
-from router.http.sse import KEEPALIVE_COMMENT, EventSplitter, EventTooLarge, event_json
+from router.http.sse import KEEPALIVE_COMMENT, EventSplitter, EventTooLarge, encode_event, event_json
 from router.http.streaming import Writer, run_stream, send_start
 from router.http.upstream import UpstreamError
 from router.sessions.table import ENDED, Session
@@ -45,7 +46,7 @@ class SessionStream:
                 await run_stream(
                     receive,
                     writer,
-                    self._follow_workers(session, scope, writer),
+                    self._follow(session, scope, writer),
                     keepalive=self.keepalive_interval,
                     stop=self.stopping,
                 )
@@ -54,6 +55,17 @@ class SessionStream:
         # Taken over, ended or stopped: the body ends either way (the client may be gone already).
         with contextlib.suppress(OSError):
             await send({"type": "http.response.body", "body": b""})
+
+    async def _follow(self, session: Session, scope: Scope, writer: Writer) -> None:
+        """The workers' streams, and the router's own notices from the session's outbox."""
+
+        async def notice(message: dict[str, Any]) -> None:
+            await writer(encode_event(json.dumps(message).encode()))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(session.outbox.drain, notice)
+            await self._follow_workers(session, scope, writer)
+            tg.cancel_scope.cancel()
 
     async def _follow_workers(self, session: Session, scope: Scope, writer: Writer) -> None:
         """Relays each worker's GET stream into the client's while the session lives: keep-alives

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from router.http.errors import BadRequest
+from router.sessions.outbox import Outbox
 from workers.health import RestartBudget
 
 if TYPE_CHECKING:
@@ -111,6 +112,8 @@ class Session:
     # Serialises getting and giving up a worker (resume, reap, hibernate, save) for this session.
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     gone: anyio.Event = field(default_factory=anyio.Event)  # set once it has ended for good
+    # The router's own notifications for the client's GET stream, and its resource subscriptions.
+    outbox: Outbox = field(default_factory=Outbox)
 
     def worker_switched(self) -> None:
         """Wakes whoever follows the session's worker (the client's GET stream)."""

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 import pytest
 
+from router.catalog.answers import Catalog
 from router.sessions import handshake
 from router.sessions.handshake import CACHE_DIR, HandshakeCache, worker_fingerprint
 from tests.support import FAKE_WORKER, RawClient, RouterThread, messages_of, router_settings, wait_for
@@ -181,7 +182,7 @@ def test_a_version_missing_from_the_cache_starts_a_worker_and_fills_it(state_dir
         assert processes_for(state_dir, c.session_id), "nothing cached for this version: a worker answered"
         # The first spawn fills the cache, and the next handshake of that version is lazy.
         wait_for(lambda: router.manager.handshakes.get(VERSION) is not None, timeout=10)
-        assert router.manager.handshakes.get(VERSION)["initialize"] == result
+        assert Catalog.with_capabilities(router.manager.handshakes.get(VERSION)["initialize"]) == result
         assert "echo" in c.text("echo", text="echo")
         names, _ = listed_names(router)
         assert "echo" in names and "get_content" in names

@@ -7,6 +7,7 @@ handshake cache, and those answers are the worker's own (plus the router's tools
 
 from __future__ import annotations
 
+import copy
 import json
 import socket
 import subprocess
@@ -20,6 +21,7 @@ from typing import Any, Final
 import httpx
 import pytest
 
+from router.catalog.answers import Catalog
 from router.record.tools import DEFINITIONS
 from tests.support import (
     ACCEPT_BOTH,
@@ -119,7 +121,8 @@ def test_handshake_and_listing_start_no_worker_and_match_the_worker(
     with RawClient(fake_router.url) as c:
         answer = c.initialize(version=VERSION)
         sid = c.session_id or ""
-        assert messages_of(answer)[-1]["result"] == worker_initialize
+        # The worker's answer, plus the resources and prompts the router serves itself.
+        assert messages_of(answer)[-1]["result"] == Catalog.with_capabilities(copy.deepcopy(worker_initialize))
         listed = c.request("tools/list")
         assert c.request("ping")["result"] == {}
         roots_changed = c.post({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"})
