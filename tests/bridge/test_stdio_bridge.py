@@ -1,0 +1,80 @@
+"""`mcp-router stdio` against the stand-in worker: forwarding both ways, concurrency, the end."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import mcp_types as types
+
+from router.sessions.table import State
+from tests.support import ROOT, RouterThread, auth_headers, free_port, text_of
+from tests.support.stdio import bridged_session, bridged_session_id
+
+ROOT_URI = "file:///work/project"
+SLOW_SECONDS = 3.0
+
+
+async def _roots(_context: Any) -> types.ListRootsResult:
+    return types.ListRootsResult(roots=[types.Root(uri=ROOT_URI, name="project")])
+
+
+async def test_roots_cross_and_stdin_close_deletes(fake_router: RouterThread, tmp_path: Path) -> None:
+    errlog = tmp_path / "bridge.err"
+    with errlog.open("w") as err:
+        async with bridged_session(fake_router.url, err, list_roots=_roots) as session:
+            listed = await session.list_tools()
+            assert "roots" in {tool.name for tool in listed.tools}
+            # The worker asks roots/list; the question crosses the router and the bridge to us.
+            result = await session.call_tool("roots", {})
+            assert text_of_result(result) == ROOT_URI
+            await session.send_ping()
+            session_id = bridged_session_id(errlog)
+            assert fake_router.manager.sessions.get(session_id).state is State.LIVE
+    # Closing stdin made the bridge DELETE its session: the router says it is gone.
+    session = fake_router.manager.sessions.get(session_id)
+    assert session is None or session.state is State.CLOSED
+    answer = httpx.post(
+        fake_router.url, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, trust_env=False,
+        headers=auth_headers() | {"mcp-session-id": session_id, "accept": "application/json, text/event-stream"},
+    )
+    assert answer.status_code == 404
+
+
+async def test_a_slow_call_does_not_hold_up_others(fake_router: RouterThread, tmp_path: Path) -> None:
+    with (tmp_path / "bridge.err").open("w") as err:
+        async with bridged_session(fake_router.url, err) as session:
+            finished: list[str] = []
+
+            async def slow() -> None:
+                await session.call_tool("slow", {"seconds": SLOW_SECONDS})
+                finished.append("slow")
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(slow)
+                with anyio.fail_after(SLOW_SECONDS * 0.8):
+                    echoed = await session.call_tool("echo", {"text": "quick"})
+                    finished.append("echo")
+            assert text_of_result(echoed) == "quick"
+            assert finished == ["echo", "slow"]
+
+
+def test_no_router_says_how_to_start_one() -> None:
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    done = subprocess.run(
+        [sys.executable, "-m", "router.cli", "stdio", "--url", url],
+        cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode != 0
+    assert done.stdout == ""  # stdout is the MCP wire: nothing but messages may go there
+    assert f"no mcp-router answers at {url}" in done.stderr
+    assert "mcp-router serve" in done.stderr and "--start" in done.stderr
+
+
+def text_of_result(result: types.CallToolResult) -> str:
+    assert not result.is_error, result
+    return text_of({"result": result.model_dump(by_alias=True, mode="json")})
