@@ -20,7 +20,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from router.bridge.upstream import RouterLink, RouterRefused
-from router.http.errors import INTERNAL_ERROR
+from router.http.errors import INTERNAL_ERROR, PARSE_ERROR
 from router.types import JsonObject, JsonRpcId
 
 log = logging.getLogger("mcp_router.stdio")
@@ -47,7 +47,9 @@ class Relay:
             async with anyio.create_task_group() as tasks:
                 async for item in inbound:
                     if isinstance(item, Exception):
-                        log.warning("ignoring a line that is not a JSON-RPC message: %s", item)
+                        # No id could be read: JSON-RPC answers such a line with id null.
+                        log.warning("a line that is not a JSON-RPC message: %s", str(item).splitlines()[0])
+                        await self._write(_error(None, "Parse error: not a JSON-RPC message", PARSE_ERROR))
                         continue
                     message = item.message.model_dump(by_alias=True, mode="json", exclude_unset=True)
                     if "method" in message and "id" in message:
@@ -124,8 +126,8 @@ class Relay:
         await self._out.send(SessionMessage(parsed))
 
 
-def _error(request_id: JsonRpcId, text: str) -> JsonObject:
-    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": INTERNAL_ERROR, "message": text}}
+def _error(request_id: JsonRpcId, text: str, code: int = INTERNAL_ERROR) -> JsonObject:
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": text}}
 
 
 def _refusal(exc: RouterRefused, request_id: JsonRpcId) -> JsonObject:

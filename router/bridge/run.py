@@ -6,12 +6,12 @@ abandoned): on SIGTERM the bridge must still DELETE its session and exit while s
 
 from __future__ import annotations
 
+import os
 import signal
-import sys
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from typing import cast
+from typing import Final, cast
 
 import anyio
 import anyio.from_thread
@@ -22,6 +22,9 @@ from mcp.server.stdio import stdio_server
 
 from router.bridge.relay import Relay
 from router.bridge.upstream import HTTP_TIMEOUT, RouterLink
+
+STDIN_FD: Final = 0
+READ_SIZE: Final = 64 * 1024
 
 
 async def bridge(url: str, token: str | None) -> None:
@@ -54,11 +57,18 @@ async def _stdin_lines() -> AsyncIterator[MemoryObjectReceiveStream[str]]:
     token = anyio.lowlevel.current_token()
 
     def pump() -> None:
-        # RuntimeError: the event loop is gone; ClosedResourceError/BrokenResourceError: the
-        # bridge stopped listening. Either way the thread just ends.
-        with suppress(RuntimeError, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            for raw in iter(sys.stdin.buffer.readline, b""):
-                anyio.from_thread.run(send.send, raw.decode("utf-8", "replace"), token=token)
+        # Plain reads of fd 0: sys.stdin's buffered reader holds a lock that this thread, still
+        # blocked in it after a signal, would keep from the interpreter's shutdown (a fatal error).
+        # RuntimeError: the event loop is gone; Closed/BrokenResourceError: the bridge stopped
+        # listening. Either way the thread just ends.
+        with suppress(RuntimeError, OSError, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pending = b""
+            while chunk := os.read(STDIN_FD, READ_SIZE):
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    anyio.from_thread.run(send.send, line.decode("utf-8", "replace"), token=token)
+            if pending.strip():
+                anyio.from_thread.run(send.send, pending.decode("utf-8", "replace"), token=token)
             anyio.from_thread.run_sync(send.close, token=token)
 
     threading.Thread(target=pump, name="stdin", daemon=True).start()
