@@ -6,7 +6,9 @@ abandoned): on SIGTERM the bridge must still DELETE its session and exit while s
 
 from __future__ import annotations
 
+import logging
 import os
+import select
 import signal
 import threading
 from collections.abc import AsyncIterator
@@ -22,6 +24,8 @@ from mcp.server.stdio import stdio_server
 
 from router.bridge.relay import Relay
 from router.bridge.upstream import HTTP_TIMEOUT, RouterLink
+
+log = logging.getLogger("mcp_router.stdio")
 
 STDIN_FD: Final = 0
 READ_SIZE: Final = 64 * 1024
@@ -57,20 +61,35 @@ async def _stdin_lines() -> AsyncIterator[MemoryObjectReceiveStream[str]]:
     token = anyio.lowlevel.current_token()
 
     def pump() -> None:
-        # Plain reads of fd 0: sys.stdin's buffered reader holds a lock that this thread, still
-        # blocked in it after a signal, would keep from the interpreter's shutdown (a fatal error).
         # RuntimeError: the event loop is gone; Closed/BrokenResourceError: the bridge stopped
-        # listening. Either way the thread just ends.
-        with suppress(RuntimeError, OSError, anyio.ClosedResourceError, anyio.BrokenResourceError):
+        # listening. Anything else is logged. Whatever happened, the end of stdin is told, or
+        # the transport's reader would wait for it forever.
+        try:
             pending = b""
-            while chunk := os.read(STDIN_FD, READ_SIZE):
+            while chunk := _read_stdin():
                 *lines, pending = (pending + chunk).split(b"\n")
-                for line in lines:
+                for line in filter(bytes.strip, lines):  # blank lines are no messages
                     anyio.from_thread.run(send.send, line.decode("utf-8", "replace"), token=token)
             if pending.strip():
                 anyio.from_thread.run(send.send, pending.decode("utf-8", "replace"), token=token)
-            anyio.from_thread.run_sync(send.close, token=token)
+        except (RuntimeError, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
+        except Exception:
+            log.exception("reading stdin failed")
+        finally:
+            with suppress(RuntimeError):
+                anyio.from_thread.run_sync(send.close, token=token)
 
     threading.Thread(target=pump, name="stdin", daemon=True).start()
     async with receive:
         yield receive
+
+
+def _read_stdin() -> bytes:
+    """Plain reads of fd 0: sys.stdin's buffered reader holds a lock that a thread still blocked
+    in it after a signal would keep from the interpreter's shutdown (a fatal error)."""
+    while True:
+        try:
+            return os.read(STDIN_FD, READ_SIZE)
+        except BlockingIOError:  # a client may hand over a non-blocking pipe or socket
+            select.select([STDIN_FD], [], [])

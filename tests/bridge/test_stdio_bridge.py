@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,11 +17,24 @@ import mcp_types as types
 
 from router.http.errors import PARSE_ERROR
 from router.sessions.table import State
-from tests.support import ROOT, TEST_TOKEN, RouterThread, auth_headers, free_port, initialize_body, text_of
+from workers.orphans import processes_for
+from tests.support import (
+    FAKE_WORKER_COMMAND,
+    ROOT,
+    TEST_TOKEN,
+    RouterThread,
+    auth_headers,
+    free_port,
+    initialize_body,
+    seed_token,
+    text_of,
+    wait_for,
+)
 from tests.support.stdio import SESSION_LINE, bridged_session, bridged_session_id
 
 ROOT_URI = "file:///work/project"
 SLOW_SECONDS = 5.0
+STARTED_LINE = re.compile(r"started `mcp-router serve` \(pid (\d+)\)")
 
 
 async def _roots(_context: Any) -> types.ListRootsResult:
@@ -111,3 +125,36 @@ def test_a_signal_ends_the_session_and_a_bad_line_gets_a_parse_error(fake_router
     session_id = SESSION_LINE.search(logged)
     assert session_id, f"the bridge logged no session:\n{logged}"
     assert fake_router.manager.sessions.get(session_id.group(1)) is None  # DELETEd, not left live
+
+
+async def test_start_starts_a_router_and_waits_for_it(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    seed_token(state)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    errlog = tmp_path / "bridge.err"
+    # The started router inherits the bridge's environment: the stand-in worker, and the
+    # non-browser conftest sets outside e2e.
+    worker = {"MCP_ROUTER_WORKER_COMMAND": json.dumps(FAKE_WORKER_COMMAND),
+              "MCP_ROUTER_BROWSER": os.environ["MCP_ROUTER_BROWSER"]}
+    try:
+        with errlog.open("w") as err:
+            async with bridged_session(url, err, extra=("--start", "--state-dir", str(state)), env=worker) as session:
+                echoed = await session.call_tool("echo", {"text": "started"})
+                assert text_of_result(echoed) == "started"
+    finally:
+        started = STARTED_LINE.search(errlog.read_text())
+        assert started, f"the bridge started no router:\n{errlog.read_text()}"
+        pid = int(started.group(1))
+        os.kill(pid, signal.SIGTERM)
+        # Not our child (it outlives the bridge on purpose): gone, or a zombie nobody reaps here.
+        wait_for(lambda: not _running(pid), timeout=30)
+        wait_for(lambda: not processes_for(state), timeout=30)
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

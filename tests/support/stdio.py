@@ -20,14 +20,16 @@ SESSION_LINE = re.compile(r"router session (\S+)")
 BRIDGE_CLIENT = "stdio-bridge-test"
 
 
-def bridge_params(url: str, *extra: str, token: str = TEST_TOKEN) -> StdioServerParameters:
+def bridge_params(
+    url: str, *extra: str, token: str = TEST_TOKEN, env: dict[str, str] | None = None
+) -> StdioServerParameters:
     # `python -m router.cli` from the checkout: the same code in a fresh CI clone (editable .venv)
     # and in a worktree; the token in the environment, as a client's config would pass it.
     return StdioServerParameters(
         command=sys.executable,
         args=["-m", "router.cli", "stdio", "--url", url, *extra],
         cwd=ROOT,
-        env={"PYTHONPATH": str(ROOT), "MCP_ROUTER_TOKEN": token},
+        env={"PYTHONPATH": str(ROOT), "MCP_ROUTER_TOKEN": token, **(env or {})},
     )
 
 
@@ -37,10 +39,12 @@ async def bridged_session(
     errlog: TextIO,
     *,
     list_roots: Callable[[Any], Awaitable[types.ListRootsResult]] | None = None,
+    extra: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> AsyncIterator[ClientSession]:
     """An initialized SDK client session through a bridge process; leaving closes its stdin."""
     async with (
-        stdio_client(bridge_params(url), errlog=errlog) as (read, write),
+        stdio_client(bridge_params(url, *extra, env=env), errlog=errlog) as (read, write),
         ClientSession(read, write, list_roots_callback=list_roots,
                       client_info=types.Implementation(name=BRIDGE_CLIENT, version="1")) as session,
     ):
