@@ -17,7 +17,6 @@ import mcp_types as types
 
 from router.http.errors import PARSE_ERROR
 from router.sessions.table import State
-from workers.orphans import processes_for
 from tests.support import (
     FAKE_WORKER_COMMAND,
     ROOT,
@@ -31,6 +30,7 @@ from tests.support import (
     wait_for,
 )
 from tests.support.stdio import SESSION_LINE, bridged_session, bridged_session_id
+from workers.orphans import processes_for
 
 ROOT_URI = "file:///work/project"
 SLOW_SECONDS = 5.0
