@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import httpx
 import mcp_types as types
+from mcp import Client
 
 from router.http.errors import PARSE_ERROR
 from router.sessions.table import State
@@ -29,7 +30,7 @@ from tests.support import (
     text_of,
     wait_for,
 )
-from tests.support.stdio import SESSION_LINE, bridged_session, bridged_session_id
+from tests.support.stdio import SESSION_LINE, bridge_params, bridged_session, bridged_session_id
 from workers.orphans import processes_for
 
 ROOT_URI = "file:///work/project"
@@ -158,3 +159,10 @@ def _running(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+async def test_an_auto_mode_client_falls_back_to_initialize(fake_router: RouterThread) -> None:
+    # mcp 2.x's Client first sends server/discover (2026-07-28); the router's JSON-RPC refusal,
+    # carried over stdio with its code, must make it fall back to the initialize handshake.
+    async with Client(bridge_params(fake_router.url)) as client:
+        assert text_of_result(await client.call_tool("echo", {"text": "auto"})) == "auto"
