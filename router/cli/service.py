@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from router.cli.service_unit import UNIT_NAME, UnitSpec, environment_for, render
+from router.settings import Settings
 
 SYSTEMCTL_TIMEOUT: Final = 30.0
 UNIT_STEM: Final = UNIT_NAME.removesuffix(".service")
@@ -53,10 +54,14 @@ def serve_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-def unit_spec(options: dict[str, Any]) -> UnitSpec:
+def mcp_router_command() -> list[str]:
+    """This installation's `mcp-router`, by absolute path: services and clients have their own PATH."""
     entry = Path(sys.executable).parent / "mcp-router"
-    command = [str(entry), "serve"] if entry.exists() else [sys.executable, "-m", "router.cli", "serve"]
-    return UnitSpec(checkout=CHECKOUT, command=command, environment=environment_for(options))
+    return [str(entry)] if entry.exists() else [sys.executable, "-m", "router.cli"]
+
+
+def unit_spec(options: dict[str, Any]) -> UnitSpec:
+    return UnitSpec(checkout=CHECKOUT, command=[*mcp_router_command(), "serve"], environment=environment_for(options))
 
 
 def user_manager_reachable() -> bool:
@@ -103,8 +108,8 @@ def _install(args: argparse.Namespace) -> int:
     return status
 
 
-def _print_connect(settings: Any, options: dict[str, Any]) -> None:
-    from router.cli.token import claude_line
+def _print_connect(settings: Settings, options: dict[str, Any]) -> None:
+    from router.cli.token import CLIENT_NAME, claude_line
     from router.http.auth import WeakToken, load_or_create_token, private_state_dir
 
     try:
@@ -114,7 +119,7 @@ def _print_connect(settings: Any, options: dict[str, Any]) -> None:
         return
     print("Register it with Claude Code (over HTTP):")
     print(f"  {claude_line(settings, token)}")
-    stdio = ["claude", "mcp", "add", "browser", "--", "mcp-router", "stdio"]
+    stdio = ["claude", "mcp", "add", CLIENT_NAME, "--", *mcp_router_command(), "stdio"]
     for flag, key in (("--port", "port"), ("--state-dir", "state_dir")):
         if key in options:
             stdio += [flag, str(options[key])]

@@ -59,7 +59,9 @@ def test_install_writes_a_unit_that_verifies(home: dict[str, str]) -> None:
     assert "systemctl --user daemon-reload" in done.stdout
     assert "systemctl --user enable --now mcp-router" in done.stdout
     assert f"claude mcp add --transport http browser http://127.0.0.1:{PORT}/mcp" in done.stdout
-    assert f"claude mcp add browser -- mcp-router stdio --port {PORT}" in done.stdout
+    (stdio_line,) = [line for line in done.stdout.splitlines() if "claude mcp add browser -- " in line]
+    assert stdio_line.strip().endswith(f"stdio --port {PORT}")
+    assert Path(shlex.split(stdio_line)[5]).is_file()  # an absolute path: a client's PATH may lack .venv/bin
 
     checked = verify(unit, home)
     assert checked.returncode == 0, checked.stderr
