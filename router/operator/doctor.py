@@ -26,6 +26,7 @@ from typing import Final
 import httpx
 
 from router.cli.api_client import base_url
+from router.cli.service_unit import UNIT_NAME
 from router.http.auth import WeakToken, read_token, token_path
 from router.layout import StateLayout
 from router.record import schema
@@ -36,7 +37,6 @@ from workers.spec import default_cli_path, sandbox_possible
 NODE_MIN: Final = 18
 NODE_RECOMMENDED: Final = 20
 BROWSER_TIMEOUT: Final = 30.0
-UNIT_NAME: Final = "mcp-router.service"
 WORKERS_DIR: Final = default_cli_path().parents[3]  # workers/node_modules/@playwright/mcp/cli.js
 
 
@@ -227,8 +227,9 @@ def check_state_lock(state_dir: Path) -> Check:
 
 
 def unit_path() -> Path:
-    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(config) / "systemd" / "user" / UNIT_NAME
+    from router.cli.service import unit_dir
+
+    return unit_dir() / UNIT_NAME
 
 
 def check_unit() -> Check:
@@ -236,8 +237,7 @@ def check_unit() -> Check:
     if not path.is_file():
         # A choice, not a fault: scripts/serve runs the router without it.
         return Check(True, f"systemd user unit not installed ({path})",
-                     f"to run it as a service: cp deploy/{UNIT_NAME} {path.parent}/ && systemctl --user "
-                     "daemon-reload && systemctl --user enable --now mcp-router", warning=True)
+                     "to run it as a service: mcp-router service install", warning=True)
     return Check(True, f"systemd user unit installed ({path})")
 
 

@@ -72,7 +72,7 @@ def test_an_uninstalled_unit_is_a_hint_not_a_failure(
     assert status == 0, lines
     assert lines[-1] == "all checks passed"
     (unit,) = [line for line in lines if "systemd user unit not installed" in line]
-    assert unit.startswith("! ") and "systemctl --user" in unit
+    assert unit.startswith("! ") and "mcp-router service install" in unit
     assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o700  # doctor makes it as serve would
 
 
