@@ -33,7 +33,15 @@ from router.http.messages import ClientMessage, Kind, initialize_problem, parse
 from router.http.proxy import WorkerConnection, downstream_headers, upstream_headers
 from router.http.session_stream import SessionStream
 from router.http.sse import encode_event
-from router.http.streaming import Writer, forward_events, run_stream, send_accepted, send_json, send_start
+from router.http.streaming import (
+    Writer,
+    forward_events,
+    run_stream,
+    send_accepted,
+    send_json,
+    send_start,
+    whole_answer,
+)
 from router.http.timing import request_timing
 from router.http.upstream import ConnectFailed, ConnectionBroken, UpstreamError, UpstreamResponse
 from router.sessions.manager import SessionManager
@@ -275,11 +283,18 @@ class McpEndpoint:
         self, session: Session, receive: Receive, send: Send, upstream: UpstreamResponse, exchange: Exchange
     ) -> None:
         await send_start(send, 200, _sse_headers(upstream, session))
-
+        if upstream.complete:
+            # The usual case: the worker wrote its answer and the stream's end at once, so there
+            # is no silence to fill and no client to watch: no task group, one write.
+            await send({"type": "http.response.body", "body": await whole_answer(upstream.read_now(), exchange)})
+            return
         writer = Writer(send)
         try:
             await run_stream(
-                receive, writer, forward_events(upstream, writer, exchange), keepalive=self.keepalive_interval
+                receive,
+                writer,
+                forward_events(upstream.aiter_raw(), writer, exchange),
+                keepalive=self.keepalive_interval,
             )
         except UpstreamError as exc:
             # The worker died mid-call: the client still gets an answer for its request, not a hang.

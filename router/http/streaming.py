@@ -4,7 +4,7 @@ the end of a stream when the client goes or the router stops."""
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -16,7 +16,6 @@ from router.types import H_SESSION_ID, JSON
 
 if TYPE_CHECKING:
     from router.http.exchange import Exchange
-    from router.http.upstream import UpstreamResponse
     from router.sessions.table import Session
 
 
@@ -47,11 +46,13 @@ class Writer:
         await self.send({"type": "http.response.body", "body": data, "more_body": True})
 
 
-async def forward_events(upstream: UpstreamResponse, writer: Writer, exchange: Exchange | None) -> None:
-    """The worker's SSE stream, cut at event boundaries (so keep-alives never land mid-event),
+async def forward_events(
+    chunks: AsyncIterable[bytes], write: Callable[[bytes], Awaitable[None]], exchange: Exchange | None
+) -> None:
+    """A worker's SSE stream, cut at event boundaries (so keep-alives never land mid-event),
     each chunk's whole events in one write; a request's own answer passes through its exchange."""
     splitter = EventSplitter()
-    async for chunk in upstream.aiter_raw():
+    async for chunk in chunks:
         too_large: EventTooLarge | None = None
         try:
             events = splitter.feed(chunk)
@@ -60,14 +61,28 @@ async def forward_events(upstream: UpstreamResponse, writer: Writer, exchange: E
         if events:
             if exchange is not None:
                 events = [await exchange.answer_event(e) for e in events]
-            await writer(b"".join(events))
+            await write(b"".join(events))
         if too_large is not None:
             # Most likely the answer itself: this call gets a clear error, nothing else is held up.
             message = f"The worker's answer was too large to relay: {too_large}"
             if exchange is not None and not exchange.done:
                 exchange.failed(message)
-                await writer(encode_event(error_body(INTERNAL_ERROR, message, None, exchange.message.id)))
+                await write(encode_event(error_body(INTERNAL_ERROR, message, None, exchange.message.id)))
             return
+
+
+async def whole_answer(data: bytes, exchange: Exchange) -> bytes:
+    """An SSE answer that arrived complete, its events passed through the exchange, in one piece."""
+    out: list[bytes] = []
+
+    async def collect(events: bytes) -> None:
+        out.append(events)
+
+    async def once() -> AsyncIterator[bytes]:
+        yield data
+
+    await forward_events(once(), collect, exchange)
+    return b"".join(out)
 
 
 async def run_stream(

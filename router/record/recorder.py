@@ -67,6 +67,10 @@ SHUTDOWN_DRAIN_S: Final = 10.0
 # are queued (one call's request and answer, a session event or two).
 INLINE_MAX: Final = 8
 ENRICH_MAX: Final = 64
+# A quiet writer waits this long after the first item before it writes, so a call's request and
+# answer go in one batch (committed by flush_rows on the loop) rather than a thread hop each.
+# Nobody waits on it: whoever needs rows on disk flushes, which wakes the writer at once.
+WRITE_DELAY_S: Final = 0.02
 
 
 @dataclass(slots=True)
@@ -134,6 +138,7 @@ class Recorder:
         self._enrich_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._busy = 0  # jobs on the writer thread; the loop may commit only while it is 0
         self._wake = asyncio.Event()
+        self._wake_timer: asyncio.TimerHandle | None = None
         self._writer_task: asyncio.Task[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
@@ -202,7 +207,7 @@ class Recorder:
             self._queue.append(Item(kind, time.time(), key, data, self._enqueued, size))
             self._queued_items += 1
             self._queued_bytes += size
-            self._wake.set()
+            self._wake_soon()
         except Exception:  # the proxy path must never see a recording problem
             log.exception("recorder: enqueue failed")
 
@@ -217,7 +222,7 @@ class Recorder:
         else:
             self._enqueued += 1
             self._queue.append(Item("dropped", time.time(), "", (1,), self._enqueued, 0))
-            self._wake.set()
+            self._wake_soon()
         now = time.monotonic()
         if now - self._drop_logged_at >= DROP_LOG_INTERVAL_S:
             self._drop_logged_at = now
@@ -297,6 +302,9 @@ class Recorder:
                         with anyio.move_on_after(SHUTDOWN_DRAIN_S):
                             await self.flush()
                         self._writer_task.cancel()
+                        if self._wake_timer is not None:
+                            self._wake_timer.cancel()
+                            self._wake_timer = None
                         await asyncio.gather(self._writer_task, pruner, return_exceptions=True)
                         self._writer_task = None
                         self.records = None
@@ -334,16 +342,32 @@ class Recorder:
                 lost = self._write_inline()
                 ok = not any(start < seq <= target for seq in lost)
             if self._done < target:
+                self._wake.set()
                 fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
                 self._waiters.append(_Waiter(self._done, target, fut))
                 ok = await fut
             elif not self.writer_alive:
                 return False
         if linked and self._enrich_done < self._enrich_queued and self.writer_alive:
+            self._wake.set()
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._enrich_waiters.append((self._enrich_queued, done))
             await done
         return ok
+
+    def _wake_soon(self) -> None:
+        """Wakes the writer after WRITE_DELAY_S, or now when the queue is past what the loop
+        would commit itself (a backlog: batch it on the thread)."""
+        if self._wake.is_set():
+            return
+        if self._queued_items > INLINE_MAX:
+            self._wake.set()
+        elif self._wake_timer is None:
+            self._wake_timer = asyncio.get_running_loop().call_later(WRITE_DELAY_S, self._timer_wake)
+
+    def _timer_wake(self) -> None:
+        self._wake_timer = None
+        self._wake.set()
 
     def _write_inline(self) -> Sequence[int]:
         """The queue's batch, committed on the loop (the writer thread is idle and stays so);
@@ -374,6 +398,7 @@ class Recorder:
         self._settle(lost)
         jobs = self._batches.take_enrichments()
         if jobs:
+            # At once: the answer is on its way, and the next call is best not met mid-read.
             self._enrich.extend(jobs)
             self._enrich_queued += len(jobs)
             self._wake.set()
