@@ -288,7 +288,7 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
                 m.say(f"  {level} browsing sessions: worker PSS {mem_rows[-1].worker_pss_kib / 1024:.0f} MiB")
             if "throughput" in a.only:
                 m.say(f"throughput: {len(sessions)} sessions × navigate+snapshot for {a.duration:.0f} s")
-                tp = await m.throughput(sessions, page, a.duration)
+                tp = await m.throughput(sessions, page, a.duration, router_pid=router.child.pid)
                 out += [
                     f"### Throughput through the router (recording on): {tp.sessions} concurrent sessions, "
                     "each `browser_navigate` + `browser_snapshot` in a loop",
@@ -296,6 +296,15 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
                 ]
                 out += [*report.throughput_table(tp), ""]
                 goals.append(report.Goal(f"errors at {tp.sessions} concurrent sessions", tp.errors, 0, unit=""))
+                if tp.router_cpu_ms_per_call is not None:
+                    goals.append(
+                        report.Goal(
+                            f"router CPU per call at {tp.sessions} concurrent sessions",
+                            tp.router_cpu_ms_per_call,
+                            0.3,
+                            unit=" ms",
+                        )
+                    )
         finally:
             await m.close_sessions(sessions)
             env.registry.stop(router.child)

@@ -239,10 +239,14 @@ class ThroughputResult:
     errors: int = 0
     latencies: list[float] = field(default_factory=list)
     first_error: str = ""
+    router_cpu_ms_per_call: float | None = None  # user + system of the router process
 
 
-async def throughput(sessions: list[McpSession], page: str, seconds: float) -> ThroughputResult:
+async def throughput(
+    sessions: list[McpSession], page: str, seconds: float, router_pid: int | None = None
+) -> ThroughputResult:
     result = ThroughputResult(len(sessions), seconds)
+    cpu0 = cpu_seconds(router_pid) if router_pid is not None else 0.0
     end = time.perf_counter() + seconds
 
     async def loop(k: int, s: McpSession) -> None:
@@ -264,4 +268,6 @@ async def throughput(sessions: list[McpSession], page: str, seconds: float) -> T
     start = time.perf_counter()
     await asyncio.gather(*(loop(k, s) for k, s in enumerate(sessions)))
     result.seconds = time.perf_counter() - start
+    if router_pid is not None and result.calls:
+        result.router_cpu_ms_per_call = (cpu_seconds(router_pid) - cpu0) * 1000 / result.calls
     return result

@@ -113,8 +113,9 @@ def throughput_table(t: ThroughputResult) -> list[str]:
     p50 = f"{pct(t.latencies, 50):.0f}" if t.latencies else "—"
     p95 = f"{pct(t.latencies, 95):.0f}" if t.latencies else "—"
     err = f"{t.errors} ({t.first_error})" if t.errors else "0"
+    cpu = f"{t.router_cpu_ms_per_call:.2f}" if t.router_cpu_ms_per_call is not None else "—"
     return [
-        "| sessions | seconds | calls | calls/s | errors | p50 ms | p95 ms |",
-        "|---:|---:|---:|---:|---|---:|---:|",
-        f"| {t.sessions} | {t.seconds:.1f} | {t.calls} | {t.calls / t.seconds:.1f} | {err} | {p50} | {p95} |",
+        "| sessions | seconds | calls | calls/s | errors | p50 ms | p95 ms | router CPU ms per call |",
+        "|---:|---:|---:|---:|---|---:|---:|---:|",
+        f"| {t.sessions} | {t.seconds:.1f} | {t.calls} | {t.calls / t.seconds:.1f} | {err} | {p50} | {p95} | {cpu} |",
     ]
