@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from router.layout import StateLayout
 from router.record import files
@@ -24,6 +24,12 @@ class Item:
     data: tuple[Any, ...]  # for "dropped": (how many items were refused at this point,)
     seq: int  # position in the stream of items; flush() waits on it
     size: int  # approximate bytes held in memory
+
+
+# What an answer's text holds when it has something to read from the worker's files or to
+# parse: a snapshot (inline or linked), new console entries, file links ("- [Title](path)"),
+# console messages listed inline. An answer with none of them needs no Enrichment.
+ENRICH_MARKERS: Final = ("### Snapshot", "### Events", "- [", "Total messages")
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +130,8 @@ class RowWriter:
             self._insert_console(conn, item.key, lines, item.ts)
         if not output_dir or result_text is None:
             return None
+        if not isinstance(result, Mapping) and not any(marker in result_text for marker in ENRICH_MARKERS):
+            return None  # nothing to read (browser_tabs, an error...): spares the writer thread a hop
         return Enrichment(
             item.key, item.ts, result if isinstance(result, Mapping) else result_text, Path(output_dir), cwd,
             want_snapshot=page_snapshot is None, want_console=console_lines is None,
