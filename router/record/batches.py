@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from router.layout import StateLayout
+from router.record import files, schema
 from router.record.rows import Enrichment, Item, RowWriter
 
 log = logging.getLogger("router.record.recorder")
@@ -31,6 +32,7 @@ CHECKPOINT_EVERY: Final = 200
 
 class BatchWriter:
     def __init__(self, layout: StateLayout | None) -> None:
+        self.layout = layout
         self.rows = RowWriter(layout, self.note_failure)
         self.written = 0  # items written
         self.batches = 0  # committed batch transactions
@@ -127,6 +129,13 @@ class BatchWriter:
                 conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
             except sqlite3.Error as exc:
                 log.warning("recorder: checkpoint failed: %s", exc)
+
+    def prune(self, conn: sqlite3.Connection, cutoff: float) -> list[str]:
+        """Deletes the record (and kept files) older than ``cutoff``; the session ids deleted."""
+        refs = schema.prune_files(conn, cutoff)
+        if self.layout is not None:
+            files.remove(self.layout.files_dir(ref) for ref in refs)
+        return schema.prune(conn, cutoff)
 
     def _commit(self, conn: sqlite3.Connection) -> None:
         conn.execute("COMMIT")

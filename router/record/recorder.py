@@ -35,18 +35,19 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import anyio
 
 from router.layout import StateLayout
-from router.record import files, schema
+from router.record import schema
 from router.record.batches import BatchWriter
+from router.record.queue import ItemQueue
 from router.record.records import Records
-from router.record.rows import Enrichment, Item, to_json
+from router.record.rows import Enrichment, Item, approx_size
 from router.record.snapshots import normalize_console
+from router.record.waiters import Waiters
 
 __all__ = ["Recorder", "normalize_console"]
 
@@ -58,9 +59,6 @@ BATCH_MAX: Final = 512
 QUEUE_MAX: Final = 10_000
 # Pending params and results held in memory at most; a screenshot answer is a few MB.
 QUEUE_MAX_BYTES: Final = 64 * 1024 * 1024
-DROP_LOG_INTERVAL_S: Final = 10.0
-# Past this many nodes a value's size is measured by encoding it rather than by walking it.
-SIZE_WALK_MAX_NODES: Final = 10_000
 PRUNE_EVERY_S: Final = 3600.0
 SHUTDOWN_DRAIN_S: Final = 10.0
 # flush() commits on the loop itself when the writer thread is idle and at most this many items
@@ -71,37 +69,6 @@ ENRICH_MAX: Final = 64
 # answer go in one batch (committed by flush_rows on the loop) rather than a thread hop each.
 # Nobody waits on it: whoever needs rows on disk flushes, which wakes the writer at once.
 WRITE_DELAY_S: Final = 0.02
-
-
-@dataclass(slots=True)
-class _Waiter:
-    """A flush(): waits for the items with ``start < seq <= target``."""
-
-    start: int
-    target: int
-    future: asyncio.Future[bool]
-    lost: bool = False
-
-
-def _approx_size(value: Any) -> int:
-    """Bytes a value holds, roughly, without encoding it on the proxy's path when it is small
-    or flat (the usual case); a deep value past SIZE_WALK_MAX_NODES is encoded once instead."""
-    stack, total, nodes = [value], 0, 0
-    while stack:
-        item = stack.pop()
-        nodes += 1
-        if nodes > SIZE_WALK_MAX_NODES:
-            return len(to_json(value) or "")
-        if isinstance(item, str | bytes | bytearray):
-            total += len(item)
-        elif isinstance(item, Mapping):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
-        else:
-            total += 8
-    return total
 
 
 class Recorder:
@@ -119,23 +86,15 @@ class Recorder:
         self._batches = BatchWriter(layout)
         self.on_writer_failure = on_writer_failure
         self.retention_days = retention_days
-        self.queue_max = queue_max
-        self.queue_max_bytes = queue_max_bytes
-        self.dropped = 0  # items refused because the queue was full
         self.writer_failure: str | None = None  # why the writer task died, if it did
         self.records: Records | None = None  # read side, set while run() is active
-        self._queue: deque[Item] = deque()
-        self._queued_items = 0  # real items in the queue (drop markers excluded)
-        self._queued_bytes = 0
-        self._drop_logged_at = -DROP_LOG_INTERVAL_S
-        self._enqueued = 0  # sequence numbers: flush() waits until _done catches up
-        self._done = 0
-        self._waiters: list[_Waiter] = []
+        self._queue = ItemQueue(queue_max, queue_max_bytes)
+        self._done = 0  # the last sequence number handled: flush() waits until it catches up
+        self._waiters = Waiters()
         # Answers whose linked files are still to be read: queued after their batch's commit.
         self._enrich: deque[Enrichment] = deque()
         self._enrich_queued = 0
         self._enrich_done = 0
-        self._enrich_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._busy = 0  # jobs on the writer thread; the loop may commit only while it is 0
         self._wake = asyncio.Event()
         self._wake_timer: asyncio.TimerHandle | None = None
@@ -153,7 +112,7 @@ class Recorder:
         """A session got a worker (first spawn, or a respawn: port/pid are updated, state -> active)."""
         self._put(
             "open", session_id, (client_info, protocol_version, port, pid, metadata, parent_id),
-            _approx_size(client_info) + _approx_size(metadata),
+            approx_size(client_info) + approx_size(metadata),
         )
 
     def session_state(self, session_id: str, state: str) -> None:
@@ -176,7 +135,7 @@ class Recorder:
     ) -> None:
         """Every client->worker request. Also bumps the session's last_activity. ``size``: the
         request's length on the wire when the caller knows it (spares measuring ``params``)."""
-        held = _approx_size(params) if size is None else size
+        held = approx_size(params) if size is None else size
         self._put("request", ref_id, (session_id, method, tool, params), held + len(method) + len(tool or ""))
 
     def response(
@@ -191,7 +150,7 @@ class Recorder:
         With ``output_dir`` (the worker's output dir) and no explicit snapshot/console, the writer
         thread extracts them from the answer, reading linked files inside that dir only.
         """
-        size = _approx_size(result) + _approx_size(page_snapshot) + _approx_size(console_logs)
+        size = approx_size(result) + approx_size(page_snapshot) + approx_size(console_logs)
         self._put(
             "response", ref_id,
             (status, result, page_snapshot, console_logs, error, duration_ms, output_dir, cwd),
@@ -200,45 +159,23 @@ class Recorder:
 
     def _put(self, kind: str, key: str, data: tuple[Any, ...], size: int) -> None:
         try:
-            if self._queued_items >= self.queue_max or self._queued_bytes + size > self.queue_max_bytes:
-                self._drop(size)
-                return
-            self._enqueued += 1
-            self._queue.append(Item(kind, time.time(), key, data, self._enqueued, size))
-            self._queued_items += 1
-            self._queued_bytes += size
+            self._queue.put(kind, key, data, size)
             self._wake_soon()
         except Exception:  # the proxy path must never see a recording problem
             log.exception("recorder: enqueue failed")
 
-    def _drop(self, size: int) -> None:
-        """The record degrades, the proxy goes on. A drop marker takes the item's place in the
-        stream (consecutive drops share one), so a flush() covering it answers False and the
-        writer notes it in recorder_failures."""
-        self.dropped += 1
-        last = self._queue[-1] if self._queue else None
-        if last is not None and last.kind == "dropped":
-            self._queue[-1] = Item("dropped", last.ts, "", (last.data[0] + 1,), last.seq, 0)
-        else:
-            self._enqueued += 1
-            self._queue.append(Item("dropped", time.time(), "", (1,), self._enqueued, 0))
-            self._wake_soon()
-        now = time.monotonic()
-        if now - self._drop_logged_at >= DROP_LOG_INTERVAL_S:
-            self._drop_logged_at = now
-            log.error(
-                "recorder: queue full (%d items, %d bytes pending; an item of %d bytes refused): "
-                "%d item(s) dropped since start, calls go on unrecorded",
-                self._queued_items, self._queued_bytes, size, self.dropped,
-            )
+    @property
+    def dropped(self) -> int:
+        """Items refused because the queue was full (since start)."""
+        return self._queue.dropped
 
     @property
     def queue_len(self) -> int:
-        return self._queued_items
+        return self._queue.items
 
     @property
     def queue_bytes(self) -> int:
-        return self._queued_bytes
+        return self._queue.bytes
 
     @property
     def written(self) -> int:
@@ -332,7 +269,7 @@ class Recorder:
     async def flush_rows(self, *, linked: bool = False) -> bool:
         """``flush`` without waiting for the linked files unless ``linked``: the promise a tool
         answer keeps (its call is in the database), on the answer's path."""
-        target = self._enqueued
+        target = self._queue.enqueued
         ok = True
         if self._done < target:
             if not self.writer_alive:
@@ -343,16 +280,12 @@ class Recorder:
                 ok = not any(start < seq <= target for seq in lost)
             if self._done < target:
                 self._wake.set()
-                fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-                self._waiters.append(_Waiter(self._done, target, fut))
-                ok = await fut
+                ok = await self._waiters.rows(self._done, target)
             elif not self.writer_alive:
                 return False
         if linked and self._enrich_done < self._enrich_queued and self.writer_alive:
             self._wake.set()
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._enrich_waiters.append((self._enrich_queued, done))
-            await done
+            await self._waiters.linked(self._enrich_queued)
         return ok
 
     def _wake_soon(self) -> None:
@@ -360,7 +293,7 @@ class Recorder:
         would commit itself (a backlog: batch it on the thread)."""
         if self._wake.is_set():
             return
-        if self._queued_items > INLINE_MAX:
+        if self._queue.items > INLINE_MAX:
             self._wake.set()
         elif self._wake_timer is None:
             self._wake_timer = asyncio.get_running_loop().call_later(WRITE_DELAY_S, self._timer_wake)
@@ -374,7 +307,7 @@ class Recorder:
         returns the seqs lost."""
         if self._conn is None or not self._queue:
             return []
-        batch = self._take_batch()
+        batch = self._queue.take(BATCH_MAX)
         try:
             lost: Sequence[int] = self._write_batch(batch)
         except Exception as exc:
@@ -385,52 +318,15 @@ class Recorder:
         self._batch_written(batch, lost)
         return lost
 
-    def _take_batch(self) -> list[Item]:
-        batch = [self._queue.popleft() for _ in range(min(len(self._queue), BATCH_MAX))]
-        for item in batch:
-            if item.kind != "dropped":
-                self._queued_items -= 1
-                self._queued_bytes -= item.size
-        return batch
-
     def _batch_written(self, batch: list[Item], lost: Sequence[int]) -> None:
         self._done = batch[-1].seq
-        self._settle(lost)
+        self._waiters.rows_done(self._done, lost)
         jobs = self._batches.take_enrichments()
         if jobs:
             # At once: the answer is on its way, and the next call is best not met mid-read.
             self._enrich.extend(jobs)
             self._enrich_queued += len(jobs)
             self._wake.set()
-
-    def _settle(self, lost: Sequence[int]) -> None:
-        """After a batch: mark the waiters whose range holds a lost item, resolve the finished."""
-        if lost:
-            for waiter in self._waiters:
-                if not waiter.lost:
-                    waiter.lost = any(waiter.start < seq <= waiter.target for seq in lost)
-        self._notify()
-
-    def _notify(self, everyone: bool = False) -> None:
-        self._notify_enriched(everyone)
-        keep = []
-        for waiter in self._waiters:
-            if everyone or self._done >= waiter.target:
-                if not waiter.future.done():
-                    waiter.future.set_result(not waiter.lost and self._done >= waiter.target)
-            else:
-                keep.append(waiter)
-        self._waiters = keep
-
-    def _notify_enriched(self, everyone: bool = False) -> None:
-        keep = []
-        for target, future in self._enrich_waiters:
-            if everyone or self._enrich_done >= target:
-                if not future.done():
-                    future.set_result(None)
-            else:
-                keep.append((target, future))
-        self._enrich_waiters = keep
 
     async def call_in_writer(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` on the writer thread, serialised with the batches (prune, tests)."""
@@ -447,7 +343,7 @@ class Recorder:
         try:
             while True:
                 if self._queue:
-                    batch = self._take_batch()
+                    batch = self._queue.take(BATCH_MAX)
                     lost: Sequence[int] = [item.seq for item in batch]  # unless the thread says otherwise
                     try:
                         lost = await self.call_in_writer(functools.partial(self._write_batch_on, batch=batch))
@@ -460,7 +356,7 @@ class Recorder:
                         await self.call_in_writer(functools.partial(self._batches.enrich, jobs=jobs))
                     finally:
                         self._enrich_done += len(jobs)
-                        self._notify_enriched()
+                        self._waiters.linked_done(self._enrich_done)
                 else:
                     self._wake.clear()
                     await self._wake.wait()
@@ -469,7 +365,7 @@ class Recorder:
         except Exception as exc:
             self._writer_died(exc)
         finally:
-            self._notify(everyone=True)  # nobody may wait forever on a stopped writer
+            self._waiters.release_all(self._done)  # nobody may wait forever on a stopped writer
 
     def _writer_died(self, exc: Exception) -> None:
         """_write_batch handles every database error itself: this is a bug or a broken executor.
@@ -480,7 +376,7 @@ class Recorder:
         log.critical("recorder: writer died, nothing is recorded any more", exc_info=exc)
         if self._writer_task is not None and self._writer_task is not asyncio.current_task():
             self._writer_task.cancel()
-        self._notify(everyone=True)
+        self._waiters.release_all(self._done)
         if self.on_writer_failure is not None:
             try:
                 self.on_writer_failure(self.writer_failure)
@@ -493,7 +389,7 @@ class Recorder:
         shorter, retention.)"""
         cutoff = (time.time() if now is None else now) - self.retention_days * 86400.0
         try:
-            return await self.call_in_writer(lambda conn: self._prune(conn, cutoff))
+            return await self.call_in_writer(functools.partial(self._batches.prune, cutoff=cutoff))
         except Exception as exc:
             log.warning("recorder: prune failed: %s", exc)
             return []
@@ -506,12 +402,6 @@ class Recorder:
                 log.info("recorder: pruned %d session(s)", len(pruned))
 
     # ---------------------------------------------------------------- writer thread
-
-    def _prune(self, conn: sqlite3.Connection, cutoff: float) -> list[str]:
-        refs = schema.prune_files(conn, cutoff)
-        if self.layout is not None:
-            files.remove(self.layout.files_dir(ref) for ref in refs)
-        return schema.prune(conn, cutoff)
 
     def _write_batch_on(self, conn: sqlite3.Connection, batch: list[Item]) -> list[int]:
         return self._write_batch(batch)

@@ -30,6 +30,8 @@ class Item:
 # parse: a snapshot (inline or linked), new console entries, file links ("- [Title](path)"),
 # console messages listed inline. An answer with none of them needs no Enrichment.
 ENRICH_MARKERS: Final = ("### Snapshot", "### Events", "- [", "Total messages")
+# Past this many nodes a value's size is measured by encoding it rather than by walking it.
+SIZE_WALK_MAX_NODES: Final = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,3 +183,24 @@ class RowWriter:
             "INSERT OR REPLACE INTO call_files (ref_id, name, title, mime, size, ts) VALUES (?, ?, ?, ?, ?, ?)",
             [(ref_id, f.name, f.title, f.mime, f.size, ts) for f in kept],
         )
+
+
+def approx_size(value: Any) -> int:
+    """Bytes a value holds, roughly, without encoding it on the proxy's path when it is small
+    or flat (the usual case); a deep value past SIZE_WALK_MAX_NODES is encoded once instead."""
+    stack, total, nodes = [value], 0, 0
+    while stack:
+        item = stack.pop()
+        nodes += 1
+        if nodes > SIZE_WALK_MAX_NODES:
+            return len(to_json(value) or "")
+        if isinstance(item, str | bytes | bytearray):
+            total += len(item)
+        elif isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        else:
+            total += 8
+    return total
