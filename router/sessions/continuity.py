@@ -14,6 +14,7 @@ and ends the worker; ``crashed`` notes a worker that died. The session id stays 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import secrets
 import time
@@ -85,8 +86,10 @@ class Continuity:
         recorder: Recorder | None,
         metrics: Metrics | None,
         start_soon: Callable[[Callable[[], Awaitable[Any]]], None],
+        bring_ups: int = 2,
     ) -> None:
         self.supervisor = supervisor
+        self._bring_up = anyio.CapacityLimiter(max(1, bring_ups))
         self.admission = admission
         self.handshakes = handshakes
         self.layout = layout
@@ -104,18 +107,44 @@ class Continuity:
         worker: Worker | None = None,
         control: ControlSession | None = None,
         connection: WorkerConnection | None = None,
+        prepared: ControlSession | None = None,
         reason: str | None = None,
     ) -> dict[str, Any]:
         """A worker for ``session`` (``worker`` when one was taken from the pool, else a spawn):
         the client's handshake replayed, the control session opened, the browser restored.
+        ``prepared``: a session the pool opened on ``worker`` ahead of time; when it was opened
+        with the client's own initialize params it is the client's, and nothing is replayed.
         Called with ``session.lock`` held; raises ServiceUnavailable or WorkerUnreachable.
-        Returns the worker's answer to the replayed ``initialize``."""
+        Returns the worker's answer to the replayed ``initialize``.
+
+        A spawn and its browser's launch and restore run at most ``bring_ups`` at a time: ten
+        sessions resuming at once on two cores otherwise all crawl together (measured here: each
+        waited ~18 s), where queued, the first are back at once and the median halves."""
+        if worker is not None:
+            if prepared is not None and prepared.opened_with != (session.initialize_params or None):
+                self.start_soon(prepared.close)  # another client's shape: the worker forgets it
+                prepared = None
+            return await self._attach(session, worker, control, connection, prepared, reason, time.monotonic())
+        queued = time.monotonic()
+        async with self._bring_up:
+            return await self._attach(session, None, control, connection, None, reason, queued)
+
+    async def _attach(
+        self,
+        session: Session,
+        worker: Worker | None,
+        control: ControlSession | None,
+        connection: WorkerConnection | None,
+        prepared: ControlSession | None,
+        reason: str | None,
+        queued: float,
+    ) -> dict[str, Any]:
         started = time.monotonic()
         if worker is None:
             worker = await self.admission.spawn(session.id)
         spawned = time.monotonic()
         connection = connection or WorkerConnection(worker)
-        replay = ControlSession(connection.client, worker.url, worker.host_header)
+        replay = prepared or ControlSession(connection.client, worker.url, worker.host_header)
         control = control or ControlSession(connection.client, worker.url, worker.host_header)
         worker_session_id = ""
         restored = False
@@ -125,7 +154,10 @@ class Continuity:
         async def replay_handshake() -> None:
             nonlocal worker_session_id, handshake
             try:
-                worker_session_id = await replay.open(session.initialize_params or None)
+                if replay.session_id is not None:  # prepared by the pool
+                    worker_session_id = replay.session_id
+                else:
+                    worker_session_id = await replay.open(session.initialize_params or None)
             except ControlError as exc:
                 failures.append(exc)
             handshake = time.monotonic()
@@ -174,10 +206,12 @@ class Continuity:
                 self.recorder.session_resumed(session.id, reason)
         done = time.monotonic()
         log.info(
-            "worker attached session=%s reason=%s port=%d pid=%d restored=%s ms=%.0f spawn_ms=%.0f "
-            "handshake_ms=%.0f restore_ms=%.0f",
-            session.id, reason or "first-use", worker.port, worker.pid, restored, (done - started) * 1000,
-            (spawned - started) * 1000, (handshake - spawned) * 1000, (done - restore_started) * 1000,
+            "worker attached session=%s reason=%s port=%d pid=%d restored=%s prepared=%s ms=%.0f queued_ms=%.0f "
+            "spawn_ms=%.0f handshake_ms=%.0f restore_ms=%.0f",
+            session.id, reason or "first-use", worker.port, worker.pid, restored, prepared is not None,
+            (done - queued) * 1000,
+            (started - queued) * 1000, (spawned - started) * 1000, (handshake - spawned) * 1000,
+            (done - restore_started) * 1000,
         )  # fmt: skip
         return replay.initialize_result
 
@@ -230,6 +264,7 @@ class Continuity:
         state = statefiles.read_state(self.layout.session_dir(session.id))
         if state is None:
             return False
+        marks = [time.monotonic()]
         storage = state.get("storage")
         if isinstance(storage, dict):
             restore = worker.output_dir / RESTORE_NAME
@@ -238,12 +273,14 @@ class Continuity:
                 await control.call("browser_set_storage_state", {"filename": str(restore)})
             finally:
                 restore.unlink(missing_ok=True)
+        marks.append(time.monotonic())
         tabs = [t for t in state.get("tabs", []) if isinstance(t, str)][:MAX_RESTORED_TABS]
         current = state.get("current")
         if not tabs and isinstance(current, str):
             tabs = [current]
         current = current if isinstance(current, str) else None
         await _open_tabs(control, tabs, current)
+        marks.append(time.monotonic())
         frame = state.get("ref_frame")
         if isinstance(frame, int) and 0 < frame <= MAX_REF_FRAME and current is not None:
             # Each document a tab loads numbers its refs with the next frame prefix: load the page
@@ -254,11 +291,18 @@ class Continuity:
                 except ControlError as exc:
                     log.info("re-loading for refs failed session=%s: %s", session.id, exc)
                     break
+        marks.append(time.monotonic())
         if len(tabs) > 1:
             # The current tab was selected, not loaded last: its snapshot makes the refs. (A
             # navigation takes one by itself, and refs belong to the page, not to a session.)
             with contextlib.suppress(ControlError):
                 await control.call("browser_snapshot")
+        marks.append(time.monotonic())
+        storage_ms, tabs_ms, reload_ms, snapshot_ms = (round((b - a) * 1000) for a, b in itertools.pairwise(marks))
+        log.info(
+            "state restored session=%s tabs=%d ref_frame=%s storage_ms=%d tabs_ms=%d reload_ms=%d snapshot_ms=%d",
+            session.id, len(tabs), frame, storage_ms, tabs_ms, reload_ms, snapshot_ms,
+        )  # fmt: skip
         return True
 
     async def renew(self, session: Session) -> str:
