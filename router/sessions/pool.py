@@ -101,9 +101,8 @@ class WarmPool:
     def expect(self, initialize_params: dict[str, Any]) -> None:
         """The shape of the next client's ``initialize`` (the last one seen): ready workers get
         an MCP session opened with it ahead of time, so the first call does not pay for one."""
-        if initialize_params and initialize_params != self._shape:
-            self._shape = dict(initialize_params)
-            self._signal()
+        if initialize_params:
+            self._shape = dict(initialize_params)  # taken up by the refill task's next round
 
     # -- queries ---------------------------------------------------------------------------------
 
@@ -117,6 +116,14 @@ class WarmPool:
     def ready_ids(self) -> list[str]:
         """Ids of the ready workers, the next one to be taken first."""
         return [e.id for e in self._entries.values() if e.ready]
+
+    def prepared_sessions(self, initialize_params: dict[str, Any]) -> list[str]:
+        """Worker-side ids of the ready workers' prepared sessions opened with these params."""
+        return [
+            e.client.session_id
+            for e in list(self._entries.values())  # read from other threads by tests
+            if e.ready and e.client is not None and e.client.session_id and e.client.opened_with == initialize_params
+        ]
 
     # -- handing out -----------------------------------------------------------------------------
 

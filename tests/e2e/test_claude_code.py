@@ -50,6 +50,7 @@ PINGS_WITHIN: Final = 5.0  # the worker pings every 3 s once its GET stream is o
 WORKER_GONE: Final = 20.0
 SAVE_WAIT: Final = 10.0
 REAP_IDLE: Final = 2.0  # seconds: the reaping router's idle timeout
+RESERVE_READY: Final = 40.0  # a reserve worker spawned and its browser launched, on a loaded machine
 HANDSHAKES: Final = 20
 HANDSHAKE_P50: Final = 2.0  # loose (the goal is 250 ms); spawning a worker per handshake takes ~7 s
 REF_RE: Final = re.compile(r"\[ref=([a-z0-9]+)\]")
@@ -213,7 +214,14 @@ def test_pause_past_the_idle_timeout_then_click_the_old_ref(reaping: RouterThrea
         before = sign_in(cc, pages, "pause")
         # The pause: no client request until the router has reaped the worker.
         wait_for(lambda: not processes_for(state, cc.session_id), timeout=WORKER_GONE)
-        carries_on(cc, before)
+        # Meanwhile the resume reserve readied a worker with an MCP session opened in this
+        # client's shape (roots declared: no call made on it, so the worker has not asked yet).
+        session = reaping.manager.sessions.get(cc.session_id)
+        assert session is not None
+        pool = reaping.manager.pool
+        prepared = wait_for(lambda: pool.prepared_sessions(session.initialize_params), timeout=RESERVE_READY)
+        carries_on(cc, before)  # the worker's roots/list reached the client's stream, the answer came back
+        assert session.worker_session_id in prepared, "the resume replayed a handshake instead of taking it"
 
 
 def test_pause_after_a_second_navigation_then_click_the_old_ref(reaping: RouterThread, pages: str) -> None:
