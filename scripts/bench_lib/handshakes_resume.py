@@ -10,6 +10,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -54,31 +55,34 @@ class NodeStartRow:
 # -- first call after a warm initialize --------------------------------------------------------------
 
 
+Call = Callable[..., Awaitable[tuple[str, float]]]
+
+
+async def _navigates(call: Call, page: str, row: FirstCallRow | None) -> None:
+    _, first = await call("browser_navigate", url=page)
+    steady = [(await call("browser_navigate", url=f"{page}?n={k}"))[1] for k in range(STEADY_CALLS)]
+    if row is not None:
+        row.first.append(first)
+        row.steady += steady
+
+
 async def _plain_conversation(target: Target, page: str, row: FirstCallRow | None) -> None:
     s = McpSession(target.endpoint, new_http(1))
     try:
         await s.initialize()
-        _, first = await s.call("browser_navigate", url=page)
-        steady = [(await s.call("browser_navigate", url=f"{page}?n={k}"))[1] for k in range(STEADY_CALLS)]
+        await _navigates(s.call, page, row)
     finally:
         await s.delete()
         await s.http.aclose()
-    if row is not None:
-        row.first.append(first)
-        row.steady += steady
 
 
 async def _cc_conversation(target: Target, page: str, row: FirstCallRow | None) -> None:
     cc = CcSession(target.endpoint)
     try:
         await cc.handshake()
-        _, first = await cc.call("browser_navigate", url=page)
-        steady = [(await cc.call("browser_navigate", url=f"{page}?n={k}"))[1] for k in range(STEADY_CALLS)]
+        await _navigates(cc.call, page, row)
     finally:
         await cc.close()
-    if row is not None:
-        row.first.append(first)
-        row.steady += steady
 
 
 async def first_calls(env: Env, page: str, reps: int) -> list[FirstCallRow]:
