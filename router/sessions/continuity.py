@@ -14,7 +14,6 @@ and ends the worker; ``crashed`` notes a worker that died. The session id stays 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import secrets
 import time
@@ -31,6 +30,7 @@ from router.sessions import statefiles
 from router.sessions.admission import Admission
 from router.sessions.control import ControlError, ControlSession
 from router.sessions.handshake import HandshakeCache
+from router.sessions.restore import restore_browser
 from router.sessions.table import ENDED, RECORD_STATE, Session, State
 from workers.supervisor import Supervisor, Worker
 
@@ -43,10 +43,7 @@ log = logging.getLogger("mcp_router.continuity")
 SAVE_TIMEOUT: Final = 5.0  # a wedged worker must not hold a reap or a shutdown for long
 # Playwright writes and reads storage state only under the worker's output dir (or its cwd).
 SAVE_NAME: Final = ".router-storage-save.json"
-RESTORE_NAME: Final = ".router-storage-restore.json"
 STORAGE_TOOLS: Final = frozenset({"browser_storage_state", "browser_set_storage_state"})
-MAX_RESTORED_TABS: Final = 10  # a runaway page opening tabs must not make every resume slow
-MAX_REF_FRAME: Final = 8  # past this many documents in a tab, refs are re-taken, not reproduced
 # Why a session took a new worker up, as the notice, the record and the dashboard name it.
 RESUME_REASONS: Final = {
     State.REAPED: "idle",
@@ -87,8 +84,12 @@ class Continuity:
         metrics: Metrics | None,
         start_soon: Callable[[Callable[[], Awaitable[Any]]], None],
         bring_ups: int = 2,
+        on_dormant: Callable[[], None] = lambda: None,
     ) -> None:
+        """``on_dormant``: called once a session's worker has ended (the resume reserve's demand
+        changed: its warm worker starts now, not at the pool's next poll)."""
         self.supervisor = supervisor
+        self.on_dormant = on_dormant
         self._bring_up = anyio.CapacityLimiter(max(1, bring_ups))
         self.admission = admission
         self.handshakes = handshakes
@@ -174,7 +175,7 @@ class Continuity:
             restore_started = time.monotonic()
             if session.browser_used:
                 try:
-                    restored = await self._restore(session, control, worker)
+                    restored = await restore_browser(self.layout.session_dir(session.id), control, worker.output_dir)
                 except ControlError as exc:  # a page without its cookies beats no page at all
                     log.warning("state restore failed session=%s: %s", session.id, exc)
 
@@ -257,53 +258,6 @@ class Continuity:
                 pid=worker.pid,
                 metadata={"initialize": session.initialize_params, "response_mode": session.response_mode},
             )
-
-    async def _restore(self, session: Session, control: ControlSession, worker: Worker) -> bool:
-        """Cookies, storage and tabs back through the control session, then the current tab's
-        snapshot re-taken so refs resolve. False when nothing was saved."""
-        state = statefiles.read_state(self.layout.session_dir(session.id))
-        if state is None:
-            return False
-        marks = [time.monotonic()]
-        storage = state.get("storage")
-        if isinstance(storage, dict):
-            restore = worker.output_dir / RESTORE_NAME
-            statefiles.write_json(restore, storage)
-            try:
-                await control.call("browser_set_storage_state", {"filename": str(restore)})
-            finally:
-                restore.unlink(missing_ok=True)
-        marks.append(time.monotonic())
-        tabs = [t for t in state.get("tabs", []) if isinstance(t, str)][:MAX_RESTORED_TABS]
-        current = state.get("current")
-        if not tabs and isinstance(current, str):
-            tabs = [current]
-        current = current if isinstance(current, str) else None
-        await _open_tabs(control, tabs, current)
-        marks.append(time.monotonic())
-        frame = state.get("ref_frame")
-        if isinstance(frame, int) and 0 < frame <= MAX_REF_FRAME and current is not None:
-            # Each document a tab loads numbers its refs with the next frame prefix: load the page
-            # as often as before, so "f2e3" is the same button again.
-            for _ in range(frame):
-                try:
-                    await control.call("browser_navigate", {"url": current})
-                except ControlError as exc:
-                    log.info("re-loading for refs failed session=%s: %s", session.id, exc)
-                    break
-        marks.append(time.monotonic())
-        if len(tabs) > 1:
-            # The current tab was selected, not loaded last: its snapshot makes the refs. (A
-            # navigation takes one by itself, and refs belong to the page, not to a session.)
-            with contextlib.suppress(ControlError):
-                await control.call("browser_snapshot")
-        marks.append(time.monotonic())
-        storage_ms, tabs_ms, reload_ms, snapshot_ms = (round((b - a) * 1000) for a, b in itertools.pairwise(marks))
-        log.info(
-            "state restored session=%s tabs=%d ref_frame=%s storage_ms=%d tabs_ms=%d reload_ms=%d snapshot_ms=%d",
-            session.id, len(tabs), frame, storage_ms, tabs_ms, reload_ms, snapshot_ms,
-        )  # fmt: skip
-        return True
 
     async def renew(self, session: Session) -> str:
         """A fresh browser (new worker, empty profile) under the same session; returns the new
@@ -403,6 +357,7 @@ class Continuity:
         if self.metrics is not None:
             self.metrics.ended(state.value)
         log.info("session dormant session=%s reason=%s", session.id, state.value)
+        self.on_dormant()
         return True
 
     async def end_worker(self, session: Session, worker: Worker, *, clear_output: bool = False) -> None:
@@ -452,19 +407,3 @@ class Continuity:
             finally:
                 target.unlink(missing_ok=True)
             log.debug("state saved session=%s ms=%.0f", session.id, (time.monotonic() - started) * 1000)
-
-
-async def _open_tabs(control: ControlSession, tabs: list[str], current: str | None) -> None:
-    for index, url in enumerate(tabs):
-        try:
-            if index == 0:
-                if url != "about:blank":
-                    await control.call("browser_navigate", {"url": url})
-            else:
-                await control.call("browser_tabs", {"action": "new", "url": url})
-        except ControlError as exc:  # a page that is gone must not fail the resume
-            log.info("restoring tab %d (%s) failed: %s", index, url, exc)
-    if len(tabs) > 1:
-        selected = tabs.index(current) if current in tabs else 0
-        with contextlib.suppress(ControlError):
-            await control.call("browser_tabs", {"action": "select", "index": selected})

@@ -107,6 +107,7 @@ class SessionManager:
             recorder=recorder,
             metrics=metrics,
             start_soon=self._start_soon,
+            on_dormant=lambda: self.pool.wake(),
         )
         self.resume_reserve = max(0, resume_reserve)
         self.pool = WarmPool(

@@ -117,6 +117,11 @@ class WarmPool:
         """Ids of the ready workers, the next one to be taken first."""
         return [e.id for e in self._entries.values() if e.ready]
 
+    def wake(self) -> None:
+        """The demand may have changed (a session went to sleep): look again now, not at the
+        next poll; a click right after a reap then finds the reserve filling, not absent."""
+        self._signal()
+
     def prepared_sessions(self, initialize_params: dict[str, Any]) -> list[str]:
         """Worker-side ids of the ready workers' prepared sessions opened with these params."""
         return [
