@@ -22,6 +22,8 @@ from workers.orphans import processes_for
 MIB = 1024 * 1024
 MIN_AVAILABLE = 1024 * MIB  # abort the run before the machine runs out of memory
 SAMPLE_EVERY = 0.5
+SETTLE = 1.0
+PARTS = ("queued_ms", "spawn_ms", "handshake_ms", "restore_ms", "storage_ms", "tabs_ms", "reload_ms", "snapshot_ms")
 
 
 def pss(pid: int) -> int:
@@ -81,7 +83,8 @@ def settings_for(state: Path, browser: str, **overrides: Any) -> Any:
 
 
 class _ResumeLog(logging.Handler):
-    """Keeps the manager's "session resumed" lines: they carry the spawn/handshake/restore split."""
+    """Keeps the continuity log's "worker attached" and "state restored" lines: they carry where a
+    resume's time went (spawn, handshake replay, restore; storage, tabs, reloads, snapshot)."""
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
@@ -89,31 +92,60 @@ class _ResumeLog(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
-        if message.startswith("session resumed"):
+        first_use = message.startswith("worker attached") and "reason=first-use" in message
+        if message.startswith(("worker attached", "state restored")) and not first_use:
             fields = dict(f.split("=", 1) for f in message.split() if "=" in f)
             self.parts.append({k: float(v) for k, v in fields.items() if k.endswith("_ms")})
 
+    def table(self) -> list[str]:
+        out = []
+        for key in PARTS:
+            values = [p[key] for p in self.parts if key in p]
+            if values:
+                out.append(f"| of which {key[:-3]} | {statistics.median(values):.0f} ms | {max(values):.0f} ms |")
+        return out
+
+
+def _listen() -> _ResumeLog:
+    handler = _ResumeLog()
+    continuity_log = logging.getLogger("mcp_router.continuity")
+    continuity_log.setLevel(logging.INFO)
+    continuity_log.addHandler(handler)
+    return handler
+
+
+def _open_browsed(router: RouterThread, site: str, state: Path, tag: str) -> tuple[RawClient, Any]:
+    c = RawClient(router.url)
+    c.initialize()
+    c.text("browser_navigate", url=f"{site}/set?v={tag}")
+    sid = c.session_id or ""
+    wait_for(lambda: tag in _state_text(state, sid), timeout=20)
+    return c, router.manager.sessions.get(sid)
+
+
+def _reserve_ready(router: RouterThread, want: int) -> bool:
+    return len(router.manager.pool) >= want
+
 
 def resume_latency(args: argparse.Namespace, browser: str) -> None:
-    handler = _ResumeLog()
-    sessions_log = logging.getLogger("mcp_router.sessions")
-    sessions_log.setLevel(logging.INFO)
-    sessions_log.addHandler(handler)
-    with tempfile.TemporaryDirectory() as tmp, serve_pages() as site:
-        state = Path(tmp)
-        rows = []
-        with RouterThread(settings_for(state, browser, idle_timeout=600)) as router:
-            for i in range(args.sessions):
-                with RawClient(router.url) as c:
-                    c.initialize()
-                    c.text("browser_navigate", url=f"{site}/set?v=lat{i}")
-                    sid = c.session_id or ""
-                    wait_for(lambda sid=sid, i=i: f"lat{i}" in _state_text(state, sid), timeout=10)
-                    session = router.manager.sessions.get(sid)
+    """One session at a time: hibernate (save + end), then its next call resumes it; with the
+    resume reserve (a warm worker waiting) and without (a spawn)."""
+    for reserve in (1, 0):
+        handler = _listen()
+        with tempfile.TemporaryDirectory() as tmp, serve_pages() as site:
+            state = Path(tmp)
+            rows = []
+            settings = settings_for(state, browser, idle_timeout=600, resume_reserve=reserve)
+            with RouterThread(settings) as router:
+                for i in range(args.sessions):
+                    c, session = _open_browsed(router, site, state, f"lat{i}")
                     t0 = time.perf_counter()
                     _run(router, router.manager.hibernate(session))
                     hibernate_s = time.perf_counter() - t0
                     assert session.state is State.HIBERNATED
+                    if reserve:
+                        wait_for(lambda r=reserve: _reserve_ready(router, r), timeout=60)
+                    time.sleep(SETTLE)  # the reserve's launch is not the resume's CPU
                     t0 = time.perf_counter()
                     text = c.text("browser_snapshot")
                     resume_s = time.perf_counter() - t0
@@ -123,16 +155,47 @@ def resume_latency(args: argparse.Namespace, browser: str) -> None:
                     steady_s = time.perf_counter() - t0
                     rows.append((hibernate_s, resume_s, steady_s))
                     c.delete()
-        print(f"## Resume latency ({args.sessions} sessions, real @playwright/mcp + Chromium)\n")
+                    c.close()
+        logging.getLogger("mcp_router.continuity").removeHandler(handler)
+        print(f"## Resume latency, resume reserve {reserve} ({args.sessions} sessions, real Playwright MCP)\n")
         print("| measure | p50 | max |\n|---|---|---|")
         for name, k in (("hibernate (save state + end worker)", 0), ("first call after resume", 1),
                         ("next call (steady)", 2)):  # fmt: skip
             values = [r[k] * 1000 for r in rows]
             print(f"| {name} | {statistics.median(values):.0f} ms | {max(values):.0f} ms |")
-        for key in ("spawn_ms", "handshake_ms", "restore_ms"):
-            values = [p[key] for p in handler.parts if key in p]
-            if values:
-                print(f"| of which {key[:-3]} | {statistics.median(values):.0f} ms | {max(values):.0f} ms |")
+        print("\n".join(handler.table()) + "\n")
+
+
+def resume_at_once(args: argparse.Namespace, browser: str) -> None:
+    """``--sessions`` sessions hibernated, then all of them call at once."""
+    handler = _listen()
+    n = args.sessions
+    with tempfile.TemporaryDirectory() as tmp, serve_pages() as site:
+        state = Path(tmp)
+        settings = settings_for(state, browser, idle_timeout=600, max_live_workers=max(n + 2, 8))
+        with RouterThread(settings) as router:
+            opened = [_open_browsed(router, site, state, f"once{i}") for i in range(n)]
+            for _, session in opened:
+                _run(router, router.manager.hibernate(session))
+            time.sleep(SETTLE)
+
+            def resume(item: tuple[int, tuple[RawClient, Any]]) -> float:
+                i, (c, _) = item
+                t0 = time.perf_counter()
+                text = c.text("browser_snapshot")
+                took = time.perf_counter() - t0
+                assert f"set?v=once{i}" in text, text[:300]
+                return took
+
+            with ThreadPoolExecutor(max_workers=n) as pool:
+                times = sorted(t * 1000 for t in pool.map(resume, enumerate(opened)))
+            for c, _ in opened:
+                c.delete()
+                c.close()
+    print(f"## {n} sessions resuming at once ({os.cpu_count()} cores)\n")
+    print("| measure | p50 | max |\n|---|---|---|")
+    print(f"| first call after resume | {statistics.median(times):.0f} ms | {max(times):.0f} ms |")
+    print("\n".join(handler.table()) + "\n")
 
 
 def _state_text(state: Path, sid: str) -> str:
@@ -225,6 +288,8 @@ def main() -> None:
     sub = parser.add_subparsers(dest="mode", required=True)
     p = sub.add_parser("resume")
     p.add_argument("--sessions", type=int, default=5)
+    p = sub.add_parser("at-once")
+    p.add_argument("--sessions", type=int, default=10)
     p = sub.add_parser("hundred")
     p.add_argument("--conversations", type=int, default=100)
     p.add_argument("--concurrency", type=int, default=8)
@@ -233,7 +298,7 @@ def main() -> None:
     browser = find_browser()
     if not browser:
         raise SystemExit("no Chromium found: run scripts/setup")
-    {"resume": resume_latency, "hundred": hundred}[args.mode](args, browser)
+    {"resume": resume_latency, "at-once": resume_at_once, "hundred": hundred}[args.mode](args, browser)
 
 
 if __name__ == "__main__":

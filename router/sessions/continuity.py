@@ -30,6 +30,7 @@ from router.sessions import statefiles
 from router.sessions.admission import Admission
 from router.sessions.control import ControlError, ControlSession
 from router.sessions.handshake import HandshakeCache
+from router.sessions.restore import restore_browser
 from router.sessions.table import ENDED, RECORD_STATE, Session, State
 from workers.supervisor import Supervisor, Worker
 
@@ -42,10 +43,7 @@ log = logging.getLogger("mcp_router.continuity")
 SAVE_TIMEOUT: Final = 5.0  # a wedged worker must not hold a reap or a shutdown for long
 # Playwright writes and reads storage state only under the worker's output dir (or its cwd).
 SAVE_NAME: Final = ".router-storage-save.json"
-RESTORE_NAME: Final = ".router-storage-restore.json"
 STORAGE_TOOLS: Final = frozenset({"browser_storage_state", "browser_set_storage_state"})
-MAX_RESTORED_TABS: Final = 10  # a runaway page opening tabs must not make every resume slow
-MAX_REF_FRAME: Final = 8  # past this many documents in a tab, refs are re-taken, not reproduced
 # Why a session took a new worker up, as the notice, the record and the dashboard name it.
 RESUME_REASONS: Final = {
     State.REAPED: "idle",
@@ -85,8 +83,14 @@ class Continuity:
         recorder: Recorder | None,
         metrics: Metrics | None,
         start_soon: Callable[[Callable[[], Awaitable[Any]]], None],
+        bring_ups: int = 2,
+        on_dormant: Callable[[], None] = lambda: None,
     ) -> None:
+        """``on_dormant``: called once a session's worker has ended (the resume reserve's demand
+        changed: its warm worker starts now, not at the pool's next poll)."""
         self.supervisor = supervisor
+        self.on_dormant = on_dormant
+        self._bring_up = anyio.CapacityLimiter(max(1, bring_ups))
         self.admission = admission
         self.handshakes = handshakes
         self.layout = layout
@@ -104,18 +108,44 @@ class Continuity:
         worker: Worker | None = None,
         control: ControlSession | None = None,
         connection: WorkerConnection | None = None,
+        prepared: ControlSession | None = None,
         reason: str | None = None,
     ) -> dict[str, Any]:
         """A worker for ``session`` (``worker`` when one was taken from the pool, else a spawn):
         the client's handshake replayed, the control session opened, the browser restored.
+        ``prepared``: a session the pool opened on ``worker`` ahead of time; when it was opened
+        with the client's own initialize params it is the client's, and nothing is replayed.
         Called with ``session.lock`` held; raises ServiceUnavailable or WorkerUnreachable.
-        Returns the worker's answer to the replayed ``initialize``."""
+        Returns the worker's answer to the replayed ``initialize``.
+
+        A spawn and its browser's launch and restore run at most ``bring_ups`` at a time: ten
+        sessions resuming at once on two cores otherwise all crawl together (measured here: each
+        waited ~18 s), where queued, the first are back at once and the median halves."""
+        if worker is not None:
+            if prepared is not None and prepared.opened_with != (session.initialize_params or None):
+                self.start_soon(prepared.close)  # another client's shape: the worker forgets it
+                prepared = None
+            return await self._attach(session, worker, control, connection, prepared, reason, time.monotonic())
+        queued = time.monotonic()
+        async with self._bring_up:
+            return await self._attach(session, None, control, connection, None, reason, queued)
+
+    async def _attach(
+        self,
+        session: Session,
+        worker: Worker | None,
+        control: ControlSession | None,
+        connection: WorkerConnection | None,
+        prepared: ControlSession | None,
+        reason: str | None,
+        queued: float,
+    ) -> dict[str, Any]:
         started = time.monotonic()
         if worker is None:
             worker = await self.admission.spawn(session.id)
         spawned = time.monotonic()
         connection = connection or WorkerConnection(worker)
-        replay = ControlSession(connection.client, worker.url, worker.host_header)
+        replay = prepared or ControlSession(connection.client, worker.url, worker.host_header)
         control = control or ControlSession(connection.client, worker.url, worker.host_header)
         worker_session_id = ""
         restored = False
@@ -125,7 +155,10 @@ class Continuity:
         async def replay_handshake() -> None:
             nonlocal worker_session_id, handshake
             try:
-                worker_session_id = await replay.open(session.initialize_params or None)
+                if replay.session_id is not None:  # prepared by the pool
+                    worker_session_id = replay.session_id
+                else:
+                    worker_session_id = await replay.open(session.initialize_params or None)
             except ControlError as exc:
                 failures.append(exc)
             handshake = time.monotonic()
@@ -142,7 +175,7 @@ class Continuity:
             restore_started = time.monotonic()
             if session.browser_used:
                 try:
-                    restored = await self._restore(session, control, worker)
+                    restored = await restore_browser(self.layout.session_dir(session.id), control, worker.output_dir)
                 except ControlError as exc:  # a page without its cookies beats no page at all
                     log.warning("state restore failed session=%s: %s", session.id, exc)
 
@@ -174,10 +207,12 @@ class Continuity:
                 self.recorder.session_resumed(session.id, reason)
         done = time.monotonic()
         log.info(
-            "worker attached session=%s reason=%s port=%d pid=%d restored=%s ms=%.0f spawn_ms=%.0f "
-            "handshake_ms=%.0f restore_ms=%.0f",
-            session.id, reason or "first-use", worker.port, worker.pid, restored, (done - started) * 1000,
-            (spawned - started) * 1000, (handshake - spawned) * 1000, (done - restore_started) * 1000,
+            "worker attached session=%s reason=%s port=%d pid=%d restored=%s prepared=%s ms=%.0f queued_ms=%.0f "
+            "spawn_ms=%.0f handshake_ms=%.0f restore_ms=%.0f",
+            session.id, reason or "first-use", worker.port, worker.pid, restored, prepared is not None,
+            (done - queued) * 1000,
+            (started - queued) * 1000, (spawned - started) * 1000, (handshake - spawned) * 1000,
+            (done - restore_started) * 1000,
         )  # fmt: skip
         return replay.initialize_result
 
@@ -223,43 +258,6 @@ class Continuity:
                 pid=worker.pid,
                 metadata={"initialize": session.initialize_params, "response_mode": session.response_mode},
             )
-
-    async def _restore(self, session: Session, control: ControlSession, worker: Worker) -> bool:
-        """Cookies, storage and tabs back through the control session, then the current tab's
-        snapshot re-taken so refs resolve. False when nothing was saved."""
-        state = statefiles.read_state(self.layout.session_dir(session.id))
-        if state is None:
-            return False
-        storage = state.get("storage")
-        if isinstance(storage, dict):
-            restore = worker.output_dir / RESTORE_NAME
-            statefiles.write_json(restore, storage)
-            try:
-                await control.call("browser_set_storage_state", {"filename": str(restore)})
-            finally:
-                restore.unlink(missing_ok=True)
-        tabs = [t for t in state.get("tabs", []) if isinstance(t, str)][:MAX_RESTORED_TABS]
-        current = state.get("current")
-        if not tabs and isinstance(current, str):
-            tabs = [current]
-        current = current if isinstance(current, str) else None
-        await _open_tabs(control, tabs, current)
-        frame = state.get("ref_frame")
-        if isinstance(frame, int) and 0 < frame <= MAX_REF_FRAME and current is not None:
-            # Each document a tab loads numbers its refs with the next frame prefix: load the page
-            # as often as before, so "f2e3" is the same button again.
-            for _ in range(frame):
-                try:
-                    await control.call("browser_navigate", {"url": current})
-                except ControlError as exc:
-                    log.info("re-loading for refs failed session=%s: %s", session.id, exc)
-                    break
-        if len(tabs) > 1:
-            # The current tab was selected, not loaded last: its snapshot makes the refs. (A
-            # navigation takes one by itself, and refs belong to the page, not to a session.)
-            with contextlib.suppress(ControlError):
-                await control.call("browser_snapshot")
-        return True
 
     async def renew(self, session: Session) -> str:
         """A fresh browser (new worker, empty profile) under the same session; returns the new
@@ -359,6 +357,7 @@ class Continuity:
         if self.metrics is not None:
             self.metrics.ended(state.value)
         log.info("session dormant session=%s reason=%s", session.id, state.value)
+        self.on_dormant()
         return True
 
     async def end_worker(self, session: Session, worker: Worker, *, clear_output: bool = False) -> None:
@@ -408,19 +407,3 @@ class Continuity:
             finally:
                 target.unlink(missing_ok=True)
             log.debug("state saved session=%s ms=%.0f", session.id, (time.monotonic() - started) * 1000)
-
-
-async def _open_tabs(control: ControlSession, tabs: list[str], current: str | None) -> None:
-    for index, url in enumerate(tabs):
-        try:
-            if index == 0:
-                if url != "about:blank":
-                    await control.call("browser_navigate", {"url": url})
-            else:
-                await control.call("browser_tabs", {"action": "new", "url": url})
-        except ControlError as exc:  # a page that is gone must not fail the resume
-            log.info("restoring tab %d (%s) failed: %s", index, url, exc)
-    if len(tabs) > 1:
-        selected = tabs.index(current) if current in tabs else 0
-        with contextlib.suppress(ControlError):
-            await control.call("browser_tabs", {"action": "select", "index": selected})

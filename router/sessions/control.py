@@ -60,6 +60,7 @@ class ControlSession:
         self.session_id: str | None = None
         self.protocol_version = DEFAULT_PROTOCOL_VERSION
         self.initialize_result: dict[str, Any] = {}
+        self.opened_with: dict[str, Any] | None = None  # the initialize params ``open`` was given
         self._ids = itertools.count(1)  # JSON-RPC ids are per session
 
     def _headers(self) -> dict[str, str]:
@@ -79,6 +80,7 @@ class ControlSession:
 
     async def open(self, initialize_params: dict[str, Any] | None = None) -> str:
         """The handshake: initialize (the client's recorded params, or our own) + initialized."""
+        self.opened_with = initialize_params
         params = initialize_params or {
             "protocolVersion": DEFAULT_PROTOCOL_VERSION,
             "capabilities": {},

@@ -107,6 +107,7 @@ class SessionManager:
             recorder=recorder,
             metrics=metrics,
             start_soon=self._start_soon,
+            on_dormant=lambda: self.pool.wake(),
         )
         self.resume_reserve = max(0, resume_reserve)
         self.pool = WarmPool(
@@ -239,6 +240,7 @@ class SessionManager:
         session.state = State.NEW
         session.budget = self._new_budget()
         session.initialize_params = dict(params)
+        self.pool.expect(session.initialize_params)
         info = params.get("clientInfo")
         session.client_info = info if isinstance(info, dict) else {}
         session.protocol_version = version if isinstance(version, str) else None
@@ -260,8 +262,9 @@ class SessionManager:
             async with session.lock:
                 if warm is not None:
                     result = await self.continuity.attach(
-                        session, worker=warm.worker, control=warm.control, connection=warm.connection
-                    )
+                        session, worker=warm.worker, control=warm.control, connection=warm.connection,
+                        prepared=warm.client,
+                    )  # fmt: skip
                 else:
                     result = await self.continuity.attach(session)
         except BaseException:
@@ -286,6 +289,7 @@ class SessionManager:
             )
             if session is not None:
                 log.info("session known from a previous run session=%s", session_id)
+                self.pool.expect(session.initialize_params)
                 session = self.sessions.add(session)
         if session is None or session.state in ENDED:
             raise SessionNotFound("Session not found: initialize a new session")
@@ -411,7 +415,7 @@ class SessionManager:
                 if warm is not None:
                     await self.continuity.attach(
                         session, worker=warm.worker, control=warm.control, connection=warm.connection,
-                        reason=RESUME_REASONS.get(previous),
+                        prepared=warm.client, reason=RESUME_REASONS.get(previous),
                     )  # fmt: skip
                 else:
                     await self.continuity.attach(session, reason=RESUME_REASONS.get(previous))

@@ -42,6 +42,9 @@ log = logging.getLogger("mcp_router.pool")
 POLL: Final = 1.0  # re-check for free slots this often even when nothing signalled a change
 WARM_TOOL: Final = "browser_tabs"  # launches the browser; lists the about:blank tab
 WARM_ARGS: Final = {"action": "list"}
+# Then one navigation (to nothing): node compiles its navigate-and-snapshot code on first use,
+# which a client's first call paid otherwise (its first navigate ~1.5x the next, here).
+WARM_NAVIGATE: Final = ("browser_navigate", {"url": "about:blank"})
 # @playwright/mcp closes an idle browser after an hour without a completed tool call (headless
 # default); a pooled worker is poked well before that, which also checks it still answers.
 KEEP_WARM_EVERY: Final = 20 * 60.0
@@ -61,6 +64,9 @@ class Pooled:
     worker: Worker | None = None
     connection: WorkerConnection | None = None
     control: ControlSession | None = None
+    # The next client's MCP session, opened ahead with the last client's initialize (see prepare).
+    client: ControlSession | None = None
+    browser: bool = False  # the worker has the browser tools (a stand-in worker has none)
     ready: bool = False
     warmed_at: float = 0.0  # monotonic; last tool call that kept the browser up
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
@@ -90,6 +96,13 @@ class WarmPool:
         self._failures = 0
         self._retry_at = 0.0
         self._stopping = False
+        self._shape: dict[str, Any] | None = None  # the last client's initialize params
+
+    def expect(self, initialize_params: dict[str, Any]) -> None:
+        """The shape of the next client's ``initialize`` (the last one seen): ready workers get
+        an MCP session opened with it ahead of time, so the first call does not pay for one."""
+        if initialize_params:
+            self._shape = dict(initialize_params)  # taken up by the refill task's next round
 
     # -- queries ---------------------------------------------------------------------------------
 
@@ -103,6 +116,19 @@ class WarmPool:
     def ready_ids(self) -> list[str]:
         """Ids of the ready workers, the next one to be taken first."""
         return [e.id for e in self._entries.values() if e.ready]
+
+    def wake(self) -> None:
+        """The demand may have changed (a session went to sleep): look again now, not at the
+        next poll; a click right after a reap then finds the reserve filling, not absent."""
+        self._signal()
+
+    def prepared_sessions(self, initialize_params: dict[str, Any]) -> list[str]:
+        """Worker-side ids of the ready workers' prepared sessions opened with these params."""
+        return [
+            e.client.session_id
+            for e in list(self._entries.values())  # read from other threads by tests
+            if e.ready and e.client is not None and e.client.session_id and e.client.opened_with == initialize_params
+        ]
 
     # -- handing out -----------------------------------------------------------------------------
 
@@ -175,6 +201,7 @@ class WarmPool:
                     continue
                 await self._keep_warm()
                 await self._trim()
+                await self._prepare_ready()
                 with anyio.move_on_after(POLL):
                     await self._changed.wait()
                 self._changed = anyio.Event()
@@ -228,9 +255,12 @@ class WarmPool:
                 entry.connection = WorkerConnection(entry.worker)
                 entry.control = ControlSession(entry.connection.client, entry.worker.url, entry.worker.host_header)
                 await entry.control.open()
-                if WARM_TOOL in await entry.control.tool_names():  # a stand-in worker has no browser
+                entry.browser = WARM_TOOL in await entry.control.tool_names()  # a stand-in has none
+                if entry.browser:
                     await entry.control.call(WARM_TOOL, WARM_ARGS)
+                    await entry.control.call(*WARM_NAVIGATE)
                 entry.warmed_at = time.monotonic()
+                entry.client = await self._open_client(entry)
                 if entry.worker.alive() and self._entries.get(entry.id) is entry:
                     entry.ready = True
         except Exception as exc:  # the pool is an optimisation: it must never take the router down
@@ -255,6 +285,43 @@ class WarmPool:
                 "warm worker ready id=%s port=%d pid=%d ms=%.0f pool=%d/%d",
                 entry.id, worker.port, worker.pid, (time.monotonic() - started) * 1000, len(self), self.target(),
             )  # fmt: skip
+
+    async def _open_client(self, entry: Pooled) -> ControlSession | None:
+        """An MCP session opened with the last client's initialize params, to be handed to the
+        next client whose params are the same (Continuity.attach). Without ``roots`` it also
+        makes one tool call: the worker attaches a session to its browser at the session's first
+        call (~50 ms here), and that is then spent already. With ``roots`` the worker would ask
+        the client's roots at that call, which only the client can answer: it is left to the
+        client's own first call. None when there is no shape yet or the worker refused."""
+        shape, connection = self._shape, entry.connection
+        if shape is None or connection is None or entry.worker is None:
+            return None
+        client = ControlSession(connection.client, entry.worker.url, entry.worker.host_header)
+        try:
+            await client.open(shape)
+            capabilities = shape.get("capabilities")
+            if entry.browser and not (isinstance(capabilities, dict) and "roots" in capabilities):
+                await client.call(WARM_TOOL, WARM_ARGS)
+        except ControlError as exc:
+            log.info("warm worker's client session not prepared id=%s: %s", entry.id, exc)
+            return None
+        return client
+
+    async def _prepare_ready(self) -> None:
+        """Ready workers whose prepared session no longer matches the last client's shape get a
+        new one (the old one is closed: the worker keeps no session nobody will use)."""
+        for entry in [e for e in self._entries.values() if e.ready]:
+            old = entry.client
+            if self._shape is None or (old is not None and old.opened_with == self._shape):
+                continue
+            client = await self._open_client(entry)
+            if self._entries.get(entry.id) is not entry:  # taken meanwhile: that attach replays
+                if client is not None:
+                    await client.close()
+                continue
+            entry.client = client
+            if old is not None:
+                await old.close()
 
     async def _keep_warm(self) -> None:
         now = time.monotonic()

@@ -72,6 +72,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--handshakes-at-once", type=int, default=20, help="concurrent Claude-Code-shaped handshakes (default 20)"
     )
     p.add_argument("--handshake-rounds", type=int, default=3, help="rounds of concurrent handshakes (default 3)")
+    p.add_argument("--resume-at-once", type=int, default=10, help="sessions resuming at once (0: skip)")
+    p.add_argument("--node-reps", type=int, default=5, help="rounds of the worker's node start-up (0: skip)")
+    p.add_argument("--v8-compile-cache", type=Path, help="v8-compile-cache.js: also time node with it")
+    p.add_argument("--newer-node", type=Path, help="a newer node binary: also time it with NODE_COMPILE_CACHE")
     p.add_argument("--router-src", type=Path, help="run the router from this source tree (scratch copy)")
     p.add_argument("--router-arg", action="append", default=[], help="extra `mcp-router serve` flag (repeat)")
     p.add_argument(
@@ -243,7 +247,10 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
             env.registry.stop(t.child)
 
     if "handshakes" in a.only:
-        hs = await handshakes.measure(env, page, reps=a.reps, at_once=a.handshakes_at_once, rounds=a.handshake_rounds)
+        resume = handshakes.ResumeOptions(a.resume_at_once, a.node_reps, a.v8_compile_cache, a.newer_node)
+        hs = await handshakes.measure(
+            env, page, reps=a.reps, at_once=a.handshakes_at_once, rounds=a.handshake_rounds, resume=resume
+        )
         out += [*handshakes_report.tables(hs), ""]
         goals += handshakes_report.goals(hs)
 

@@ -20,6 +20,14 @@ from typing import Final
 import httpx
 from bench_lib.cc_client import CcSession, Handshake
 from bench_lib.client import CallError
+from bench_lib.handshakes_resume import (
+    AtOnceRow,
+    FirstCallRow,
+    NodeStartRow,
+    first_calls,
+    node_starts,
+    resumes_at_once,
+)
 from bench_lib.measure import BUTTON, med_ms, say
 from bench_lib.targets import Env, Target, start_router, start_worker
 
@@ -87,6 +95,9 @@ class HandshakeResults:
     resumed: ReapRow
     steady: ReapRow
     direct_click: ReapRow
+    first_calls: list[FirstCallRow] = field(default_factory=list)
+    at_once: AtOnceRow | None = None
+    node: list[NodeStartRow] = field(default_factory=list)
 
 
 # -- helpers ------------------------------------------------------------------------------------------
@@ -304,7 +315,20 @@ async def direct_clicks(direct: Target, page: str, reps: int) -> ReapRow:
 # -- the phase ----------------------------------------------------------------------------------------
 
 
-async def measure(env: Env, page: str, *, reps: int, at_once: int, rounds: int) -> HandshakeResults:
+@dataclass(frozen=True)
+class ResumeOptions:
+    """The resume part of the phase: sessions resuming at once, node start-up variants."""
+
+    resume_at_once: int = 10
+    node_reps: int = 5
+    v8_compile_cache: Path | None = None  # v8-compile-cache.js, if installed somewhere
+    newer_node: Path | None = None  # a newer node binary (npm package `node`), for NODE_COMPILE_CACHE
+
+
+async def measure(
+    env: Env, page: str, *, reps: int, at_once: int, rounds: int, resume: ResumeOptions | None = None
+) -> HandshakeResults:
+    resume = resume or ResumeOptions()
     direct = start_worker(env, "direct-hs")
     try:
         say(f"handshakes: cold, {reps} new conversations per path (a fresh router for each first one)")
@@ -323,4 +347,15 @@ async def measure(env: Env, page: str, *, reps: int, at_once: int, rounds: int) 
         reference = await direct_clicks(direct, page, reps)
     finally:
         env.registry.stop(direct.child)
-    return HandshakeResults(*cold, routed, alone, resumed, steady, reference)
+    results = HandshakeResults(*cold, routed, alone, resumed, steady, reference)
+    say(f"handshakes: first call after a warm initialize, {reps} conversations per client shape")
+    results.first_calls = await first_calls(env, page, reps)
+    if resume.resume_at_once:
+        say(f"handshakes: {resume.resume_at_once} sessions resuming at once")
+        results.at_once = await resumes_at_once(env, page, resume.resume_at_once, REAP_IDLE)
+    if resume.node_reps:
+        say(f"handshakes: worker node start-up, {resume.node_reps} rounds")
+        results.node = node_starts(
+            env, resume.node_reps, v8_compile_cache=resume.v8_compile_cache, newer_node=resume.newer_node
+        )
+    return results

@@ -50,6 +50,7 @@ PINGS_WITHIN: Final = 5.0  # the worker pings every 3 s once its GET stream is o
 WORKER_GONE: Final = 20.0
 SAVE_WAIT: Final = 10.0
 REAP_IDLE: Final = 2.0  # seconds: the reaping router's idle timeout
+RESERVE_READY: Final = 40.0  # a reserve worker spawned and its browser launched, on a loaded machine
 HANDSHAKES: Final = 20
 HANDSHAKE_P50: Final = 2.0  # loose (the goal is 250 ms); spawning a worker per handshake takes ~7 s
 REF_RE: Final = re.compile(r"\[ref=([a-z0-9]+)\]")
@@ -175,6 +176,21 @@ def saved(state_dir: Path, session_id: str, needle: str) -> bool:
         return False
 
 
+def worker_of(router: RouterThread, session_id: str) -> str:
+    """The id the session's worker runs under: its own, or that of the warm worker it took."""
+    session = router.manager.sessions.get(session_id)
+    assert session is not None and session.connection is not None, "the session has no worker"
+    return session.connection.worker.session_id
+
+
+def wait_worker_gone(router: RouterThread, session_id: str, worker: str) -> None:
+    """The pause: until the session is dormant and no process of its worker is left."""
+    session = router.manager.sessions.get(session_id)
+    assert session is not None
+    state = router.settings.state_dir
+    wait_for(lambda: session.connection is None and not processes_for(state, worker), timeout=WORKER_GONE)
+
+
 def base_of(router: RouterThread) -> str:
     return router.url.removesuffix("/mcp")
 
@@ -208,22 +224,27 @@ def test_harness_against_a_direct_worker(direct: DirectWorker, pages: str) -> No
 
 
 def test_pause_past_the_idle_timeout_then_click_the_old_ref(reaping: RouterThread, pages: str) -> None:
-    state = reaping.settings.state_dir
     with ClaudeCodeClient(reaping.url) as cc:
         before = sign_in(cc, pages, "pause")
         # The pause: no client request until the router has reaped the worker.
-        wait_for(lambda: not processes_for(state, cc.session_id), timeout=WORKER_GONE)
-        carries_on(cc, before)
+        wait_worker_gone(reaping, cc.session_id, worker_of(reaping, cc.session_id))
+        # Meanwhile the resume reserve readied a worker with an MCP session opened in this
+        # client's shape (roots declared: no call made on it, so the worker has not asked yet).
+        session = reaping.manager.sessions.get(cc.session_id)
+        assert session is not None
+        pool = reaping.manager.pool
+        prepared = wait_for(lambda: pool.prepared_sessions(session.initialize_params), timeout=RESERVE_READY)
+        carries_on(cc, before)  # the worker's roots/list reached the client's stream, the answer came back
+        assert session.worker_session_id in prepared, "the resume replayed a handshake instead of taking it"
 
 
 def test_pause_after_a_second_navigation_then_click_the_old_ref(reaping: RouterThread, pages: str) -> None:
     """Real conversations navigate more than once; a tab's later documents number their refs
     with a frame prefix (f1e3), which a freshly restored page does not reproduce by itself."""
-    state = reaping.settings.state_dir
     with ClaudeCodeClient(reaping.url) as cc:
         cc.call("browser_navigate", url=f"{pages}/second")
         before = sign_in(cc, pages, "renav")
-        wait_for(lambda: not processes_for(state, cc.session_id), timeout=WORKER_GONE)
+        wait_worker_gone(reaping, cc.session_id, worker_of(reaping, cc.session_id))
         carries_on(cc, before)
 
 
@@ -242,9 +263,9 @@ def test_worker_kill_9_then_call(steady: RouterThread, pages: str) -> None:
 
 
 def test_hibernation_then_call(steady: RouterThread, pages: str) -> None:
-    state = steady.settings.state_dir
     with ClaudeCodeClient(steady.url) as cc:
         before = sign_in(cc, pages, "hib")
+        worker = worker_of(steady, cc.session_id)
         response = httpx.post(
             f"{base_of(steady)}/api/sessions/{cc.session_id}/hibernate",
             headers={ACTION_HEADER: "1", **auth_headers()},
@@ -252,7 +273,7 @@ def test_hibernation_then_call(steady: RouterThread, pages: str) -> None:
             trust_env=False,
         )
         assert response.status_code == 200, response.text
-        wait_for(lambda: not processes_for(state, cc.session_id), timeout=WORKER_GONE)
+        wait_worker_gone(steady, cc.session_id, worker)
         carries_on(cc, before)
 
 
@@ -316,7 +337,7 @@ def test_handshake_only_leaves_no_worker_and_the_first_call_starts_one(steady: R
         # The first call that needs a browser starts the worker, which gets the client's handshake.
         text, _ = cc.call("browser_navigate", timeout=CALL_LIMIT, url=f"{pages}/second")
         assert "- Page Title: Second" in text, text
-        assert processes_for(state, sid), "no worker after a browser call"
+        assert processes_for(state, worker_of(steady, sid)), "no worker after a browser call"
         cc.wait_status(lambda s: s["roots_list_answered"] >= 1, timeout=PINGS_WITHIN, what="roots/list answered")
 
     with ClaudeCodeClient(steady.url) as health_check:  # what `claude mcp list` does

@@ -170,3 +170,32 @@ async def test_take_skips_a_dead_worker() -> None:
     assert pool.take() is live
     assert "dead" not in admission and "live" in admission  # the dead one's slot was freed at once
     assert pool.take() is None
+
+
+def test_the_next_client_gets_the_session_the_pool_opened_in_its_shape(state_dir: Path) -> None:
+    """Ready workers carry an MCP session opened with the last client's initialize params; a
+    client with the same params is handed it (no handshake replayed at its first call), one with
+    other params gets its own handshake replayed, and the prepared session is not used."""
+    with RouterThread(router_settings(state_dir, warm_workers=1)) as router:
+        pool = router.manager.pool
+        with RawClient(router.url) as first:
+            first.initialize()  # teaches the pool this client's shape
+            shape = router.manager.sessions.get(first.session_id).initialize_params
+            prepared = wait_for(lambda: pool.prepared_sessions(shape), timeout=20)
+
+            with RawClient(router.url) as same:
+                same.initialize()
+                assert whoami(same)["pid"] > 0
+                session = router.manager.sessions.get(same.session_id)
+                assert session is not None and session.worker_session_id in prepared
+                same.delete()
+
+            prepared = wait_for(lambda: pool.prepared_sessions(shape), timeout=20)
+            with RawClient(router.url) as other:
+                other.initialize(name="another-client")
+                assert whoami(other)["pid"] > 0  # its own handshake, replayed on the warm worker
+                session = router.manager.sessions.get(other.session_id)
+                assert session is not None and session.state is State.LIVE
+                assert session.worker_session_id and session.worker_session_id not in prepared
+                other.delete()
+            first.delete()
