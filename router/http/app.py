@@ -117,6 +117,14 @@ def continuity_options(settings: Settings) -> dict[str, Any]:
     }
 
 
+def public_health(failures: dict[str, str], node_id: str | None) -> dict[str, Any]:
+    """What /healthz tells anyone: liveness, and the node id when there is one."""
+    body: dict[str, Any] = {"status": "failing" if failures else "ok"}
+    if node_id is not None:
+        body["node"] = node_id
+    return body
+
+
 def create_app(settings: Settings) -> Starlette:
     problem = bind_problem(settings.host, settings.auth)
     if problem is not None:
@@ -142,6 +150,7 @@ def create_app(settings: Settings) -> Starlette:
         idle_timeout=settings.idle_timeout,
         max_sessions=settings.max_sessions,
         metrics=metrics,
+        node_id=settings.node_id,
         **continuity_options(settings),
     )
     metrics.watch(manager, layout.db if recorder is not None else None)
@@ -186,13 +195,19 @@ def create_app(settings: Settings) -> Starlette:
         failures = health.failures
         status = 503 if failures else 200
         if not request.scope.get("state", {}).get(STATE_KEY):
-            # Open to all: liveness (and failure, for systemd and balancers), nothing more.
-            return JSONResponse({"status": "failing" if failures else "ok"}, status_code=status)
+            # Open to all: liveness (and failure, for systemd and balancers) and which node
+            # answered (already in every id it mints, so no secret): a balancer checks that its
+            # map and the nodes agree. How busy the node is needs the token; a full node is told
+            # apart by its 503 to initialize, which balancers retry elsewhere. Never 503 here when
+            # merely full: a balancer would take the node out, and its working sessions with it.
+            return JSONResponse(public_health(failures, manager.node_id), status_code=status)
         body: dict[str, Any] = {
-            "status": "failing" if failures else "ok",
+            **public_health(failures, manager.node_id),
+            "accepting": manager.accepting_sessions(),
             "sessions": len(manager.sessions.live()),
             "workers": supervisor.live_count,
             "warm_workers": len(manager.pool),
+            "capacity": {"sessions": manager.max_sessions, "workers": manager.max_live_workers},
         }
         if failures:
             body["failures"] = failures
