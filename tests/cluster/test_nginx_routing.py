@@ -1,0 +1,84 @@
+"""deploy/cluster/nginx.conf as shipped, in front of two nodes ("a", "b") with the stand-in worker:
+handshakes spread over both, every later request reaches the session's owner, a node that is
+down or unknown gives its sessions a 404 (clients re-initialize), a handshake goes to a live node."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from router.http.errors import SESSION_NOT_FOUND
+from router.sessions.nodes import owner_of
+from tests.support import RawClient
+from tests.support.cluster import NODES, Cluster, running_cluster
+
+SESSIONS = 10
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    with running_cluster(tmp_path) as running:
+        yield running
+
+
+def _open(url: str) -> RawClient:
+    client = RawClient(url)
+    client.initialize()
+    client.start_worker()
+    return client
+
+
+def test_sessions_spread_and_stay_with_their_owner(cluster: Cluster) -> None:
+    with ThreadPoolExecutor(max_workers=SESSIONS) as pool:
+        clients = list(pool.map(lambda _: _open(cluster.nginx.url), range(SESSIONS)))
+    try:
+        owners = {c.session_id: owner_of(c.session_id or "") for c in clients}
+        assert set(owners.values()) == set(NODES), owners  # least_conn used both
+        with ThreadPoolExecutor(max_workers=SESSIONS) as pool:
+            answers = list(pool.map(lambda c: {c.text("whoami") for _ in range(3)}, clients))
+        rows = {name: cluster.live_rows(name) for name in NODES}
+        for client, texts in zip(clients, answers, strict=True):
+            owner = owners[client.session_id] or ""
+            row = rows[owner][client.session_id or ""]
+            # The stand-in worker names its pid and port: every call ran on the owner's worker.
+            assert texts == {f"pid={row['worker_pid']} port={row['worker_port']}"}, (texts, row)
+            assert not any(client.session_id in rows[n] for n in NODES if n != owner)
+    finally:
+        for client in clients:
+            client.close()
+
+
+def test_a_node_down_or_gone_answers_404_and_handshakes_go_to_a_live_node(cluster: Cluster) -> None:
+    with RawClient(cluster.nginx.url) as on_a, RawClient(cluster.nginx.url) as on_b:
+        while not (on_a.session_id or "").startswith("a."):
+            on_a.initialize()
+        while not (on_b.session_id or "").startswith("b."):
+            on_b.initialize()
+        on_a.start_worker()
+        on_b.start_worker()
+        cluster.kill("b")
+
+        assert "pid=" in on_a.text("whoami")  # a's sessions go on untouched
+        for answer in (
+            on_b.post({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}),
+            on_b.http.get(on_b.url, headers=on_b.headers(accept="text/event-stream")),
+        ):
+            assert answer.status_code == 404, answer.text
+            assert answer.json()["error"]["code"] == SESSION_NOT_FOUND
+        on_b.session_id = None
+        on_b.initialize()  # what the SDKs do after a 404
+        assert (on_b.session_id or "").startswith("a.")
+        assert "pid=" in on_b.text("whoami")
+
+        on_b.session_id = "zz." + "x" * 32  # a node the balancer does not know
+        unknown = on_b.post({"jsonrpc": "2.0", "id": 8, "method": "tools/list"})
+        assert unknown.status_code == 404 and unknown.json()["error"]["code"] == SESSION_NOT_FOUND
+
+
+def test_healthz_through_the_balancer_names_a_node(cluster: Cluster) -> None:
+    answer = httpx.get(f"{cluster.nginx.base_url}/healthz", trust_env=False)
+    assert answer.status_code == 200 and answer.json()["node"] in NODES
