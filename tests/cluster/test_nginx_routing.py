@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import pytest
@@ -19,9 +18,10 @@ from tests.support.cluster import NODES, Cluster, running_cluster
 SESSIONS = 10
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with running_cluster(tmp_path) as running:
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Shared by the module; the last test kills node "b"."""
+    with running_cluster(tmp_path_factory.mktemp("cluster")) as running:
         yield running
 
 
@@ -52,6 +52,11 @@ def test_sessions_spread_and_stay_with_their_owner(cluster: Cluster) -> None:
             client.close()
 
 
+def test_healthz_through_the_balancer_names_a_node(cluster: Cluster) -> None:
+    answer = httpx.get(f"{cluster.nginx.base_url}/healthz", trust_env=False)
+    assert answer.status_code == 200 and answer.json()["node"] in NODES
+
+
 def test_a_node_down_or_gone_answers_404_and_handshakes_go_to_a_live_node(cluster: Cluster) -> None:
     with RawClient(cluster.nginx.url) as on_a, RawClient(cluster.nginx.url) as on_b:
         while not (on_a.session_id or "").startswith("a."):
@@ -77,8 +82,3 @@ def test_a_node_down_or_gone_answers_404_and_handshakes_go_to_a_live_node(cluste
         on_b.session_id = "zz." + "x" * 32  # a node the balancer does not know
         unknown = on_b.post({"jsonrpc": "2.0", "id": 8, "method": "tools/list"})
         assert unknown.status_code == 404 and unknown.json()["error"]["code"] == SESSION_NOT_FOUND
-
-
-def test_healthz_through_the_balancer_names_a_node(cluster: Cluster) -> None:
-    answer = httpx.get(f"{cluster.nginx.base_url}/healthz", trust_env=False)
-    assert answer.status_code == 200 and answer.json()["node"] in NODES
