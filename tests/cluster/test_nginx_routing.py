@@ -12,7 +12,7 @@ import pytest
 
 from router.http.errors import SESSION_NOT_FOUND
 from router.sessions.nodes import owner_of
-from tests.support import RawClient
+from tests.support import RawClient, run_cli
 from tests.support.cluster import NODES, Cluster, running_cluster
 
 SESSIONS = 10
@@ -55,6 +55,20 @@ def test_sessions_spread_and_stay_with_their_owner(cluster: Cluster) -> None:
 def test_healthz_through_the_balancer_names_a_node(cluster: Cluster) -> None:
     answer = httpx.get(f"{cluster.nginx.base_url}/healthz", trust_env=False)
     assert answer.status_code == 200 and answer.json()["node"] in NODES
+
+
+def test_sessions_nodes_lists_the_whole_cluster_and_names_a_silent_node(cluster: Cluster) -> None:
+    with RawClient(cluster.nginx.url) as client:
+        while not (client.session_id or "").startswith("b."):
+            client.initialize()
+        urls = [cluster.nodes[n].base_url for n in NODES]
+        state = str(cluster.states["a"])  # its token: the cluster's
+        out = run_cli("sessions", "--state-dir", state, "--nodes", ",".join(urls))
+        assert out.returncode == 0, out.stderr
+        assert client.session_id in out.stdout  # b's session, asked from a's state dir
+        assert {"a.", "b."} <= {line[:2] for line in out.stdout.splitlines()}
+        silent = run_cli("sessions", "--state-dir", state, "--nodes", f"{urls[0]},http://127.0.0.1:9")
+        assert silent.returncode == 1 and "http://127.0.0.1:9 did not answer" in silent.stderr
 
 
 def test_a_node_down_or_gone_answers_404_and_handshakes_go_to_a_live_node(cluster: Cluster) -> None:
