@@ -57,7 +57,7 @@ def main() -> int:
         running_cluster(Path(tmp), "--idle-timeout", "600", browser=browser) as cluster,
     ):
         direct = open_on_a(cluster.nodes["a"].url)
-        balanced = open_on_a(cluster.nginx.url)
+        balanced = open_on_a(cluster.balancer.url)
         page = f"{pages}/second"
         samples: dict[str, list[float]] = {"direct": [], "nginx": []}
         try:

@@ -42,7 +42,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator
 def spread(cluster: Cluster) -> Iterator[list[RawClient]]:
     """Ten sessions opened at once through nginx, each with a few requests."""
     def open_one(_: int) -> RawClient:
-        client = RawClient(cluster.nginx.url)
+        client = RawClient(cluster.balancer.url)
         client.initialize()
         client.request("tools/list")
         client.request("ping")
@@ -78,7 +78,7 @@ def test_ten_sessions_spread_over_both_nodes_each_recorded_by_its_owner(
 
 
 def test_claude_code_streams_and_server_requests_cross_nginx(cluster: Cluster, pages: str) -> None:
-    with ClaudeCodeClient(cluster.nginx.url) as cc:
+    with ClaudeCodeClient(cluster.balancer.url) as cc:
         text, _ = cc.call("browser_navigate", url=f"{pages}/second")
         assert "- Page Title: Second" in text
         # The worker asks roots/list on the client's GET stream; the answer comes back by POST.
@@ -89,7 +89,7 @@ def test_claude_code_streams_and_server_requests_cross_nginx(cluster: Cluster, p
 
 
 async def test_python_sdk_through_nginx(cluster: Cluster, pages: str) -> None:
-    async with Client(f"{cluster.nginx.url}?token={TEST_TOKEN}") as client:
+    async with Client(f"{cluster.balancer.url}?token={TEST_TOKEN}") as client:
         result = await client.call_tool("browser_navigate", {"url": f"{pages}/second"})
         text = "".join(getattr(p, "text", "") for p in result.content)
         assert "- Page Title: Second" in text
@@ -97,7 +97,7 @@ async def test_python_sdk_through_nginx(cluster: Cluster, pages: str) -> None:
 
 def test_typescript_sdk_through_nginx(cluster: Cluster, pages: str) -> None:
     out = subprocess.run(
-        ["node", str(TS_CLIENT), str(SDK_DIST), cluster.nginx.url, f"{pages}/second"],
+        ["node", str(TS_CLIENT), str(SDK_DIST), cluster.balancer.url, f"{pages}/second"],
         env={**os.environ, "MCP_ROUTER_TOKEN": TEST_TOKEN},
         capture_output=True, text=True, timeout=TS_TIMEOUT, check=False,
     )  # fmt: skip

@@ -2,27 +2,46 @@
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
 import httpx
 
+from router.sessions.handshake import CACHE_DIR
+from router.types import HANDSHAKE_VERSIONS
 from tests.support.auth import auth_headers
-from tests.support.balancer import Nginx, nginx_cluster
+from tests.support.balancer import Balancer, balancer_cluster
 from tests.support.serve import ServeProcess, serve_process
+from tests.support.wait import wait_for
 from workers.orphans import end_processes, processes_for
 
 NODES: Final = ("a", "b")
 API_TIMEOUT: Final = 10.0
+PROBE_TIMEOUT: Final = 60.0  # a worker started, asked and ended on a loaded machine
+
+
+def handshakes_cached(state: Path) -> bool:
+    """The node's start-up probe has filled its handshake cache: initialize spawns nothing now
+    (before, an initialize needs a worker slot and may meet 503 "busy" at a small cap)."""
+    for path in (state / CACHE_DIR).glob("handshake-*.json"):
+        try:
+            versions = json.loads(path.read_text()).get("versions", {})
+        except (OSError, ValueError):
+            continue
+        if set(versions) >= HANDSHAKE_VERSIONS:
+            return True
+    return False
 
 
 @dataclass
 class Cluster:
-    nginx: Nginx
+    balancer: Balancer
     nodes: dict[str, ServeProcess]
     states: dict[str, Path]
 
@@ -43,8 +62,11 @@ class Cluster:
 
 
 @contextmanager
-def running_cluster(tmp: Path, *args: str, browser: str | None = None) -> Iterator[Cluster]:
-    """Both nodes with the tests' token (every node of a cluster must take the same one)."""
+def running_cluster(
+    tmp: Path, *args: str, browser: str | None = None, balancer: str = "nginx"
+) -> Iterator[Cluster]:
+    """Both nodes with the tests' token (every node of a cluster must take the same one), behind
+    ``balancer`` ("nginx" or "haproxy")."""
     with ExitStack() as stack:
         states = {name: tmp / f"node-{name}" for name in NODES}
         # Last out: whatever workers a stopped (or killed) node left.
@@ -55,5 +77,7 @@ def running_cluster(tmp: Path, *args: str, browser: str | None = None) -> Iterat
             )
             for name in NODES
         }
-        nginx = stack.enter_context(nginx_cluster([nodes[n].port for n in NODES], tmp / "nginx"))
-        yield Cluster(nginx, nodes, states)
+        for state in states.values():
+            wait_for(partial(handshakes_cached, state), timeout=PROBE_TIMEOUT)
+        front = stack.enter_context(balancer_cluster(balancer, [nodes[n].port for n in NODES], tmp / balancer))
+        yield Cluster(front, nodes, states)

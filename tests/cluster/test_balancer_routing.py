@@ -1,6 +1,7 @@
-"""deploy/cluster/nginx.conf as shipped, in front of two nodes ("a", "b") with the stand-in worker:
-handshakes spread over both, every later request reaches the session's owner, a node that is
-down or unknown gives its sessions a 404 (clients re-initialize), a handshake goes to a live node."""
+"""deploy/cluster/nginx.conf and haproxy.cfg as shipped, each in front of two nodes ("a", "b") with
+the stand-in worker: handshakes spread over both, every later request reaches the session's owner,
+a node that is down or unknown gives its sessions a 404 (clients re-initialize), a handshake goes
+to a live node."""
 
 from __future__ import annotations
 
@@ -12,16 +13,16 @@ import pytest
 
 from router.http.errors import SESSION_NOT_FOUND
 from router.sessions.nodes import owner_of
-from tests.support import RawClient, run_cli
+from tests.support import RawClient, run_cli, wait_for
 from tests.support.cluster import NODES, Cluster, running_cluster
 
 SESSIONS = 10
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """Shared by the module; the last test kills node "b"."""
-    with running_cluster(tmp_path_factory.mktemp("cluster")) as running:
+@pytest.fixture(scope="module", params=["nginx", "haproxy"])
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Shared by the module's tests for one balancer; the last test kills node "b"."""
+    with running_cluster(tmp_path_factory.mktemp("cluster"), balancer=request.param) as running:
         yield running
 
 
@@ -34,7 +35,7 @@ def _open(url: str) -> RawClient:
 
 def test_sessions_spread_and_stay_with_their_owner(cluster: Cluster) -> None:
     with ThreadPoolExecutor(max_workers=SESSIONS) as pool:
-        clients = list(pool.map(lambda _: _open(cluster.nginx.url), range(SESSIONS)))
+        clients = list(pool.map(lambda _: _open(cluster.balancer.url), range(SESSIONS)))
     try:
         owners = {c.session_id: owner_of(c.session_id or "") for c in clients}
         assert set(owners.values()) == set(NODES), owners  # least_conn used both
@@ -53,12 +54,12 @@ def test_sessions_spread_and_stay_with_their_owner(cluster: Cluster) -> None:
 
 
 def test_healthz_through_the_balancer_names_a_node(cluster: Cluster) -> None:
-    answer = httpx.get(f"{cluster.nginx.base_url}/healthz", trust_env=False)
+    answer = httpx.get(f"{cluster.balancer.base_url}/healthz", trust_env=False)
     assert answer.status_code == 200 and answer.json()["node"] in NODES
 
 
 def test_sessions_nodes_lists_the_whole_cluster_and_names_a_silent_node(cluster: Cluster) -> None:
-    with RawClient(cluster.nginx.url) as client:
+    with RawClient(cluster.balancer.url) as client:
         while not (client.session_id or "").startswith("b."):
             client.initialize()
         urls = [cluster.nodes[n].base_url for n in NODES]
@@ -72,7 +73,7 @@ def test_sessions_nodes_lists_the_whole_cluster_and_names_a_silent_node(cluster:
 
 
 def test_a_node_down_or_gone_answers_404_and_handshakes_go_to_a_live_node(cluster: Cluster) -> None:
-    with RawClient(cluster.nginx.url) as on_a, RawClient(cluster.nginx.url) as on_b:
+    with RawClient(cluster.balancer.url) as on_a, RawClient(cluster.balancer.url) as on_b:
         while not (on_a.session_id or "").startswith("a."):
             on_a.initialize()
         while not (on_b.session_id or "").startswith("b."):
@@ -82,6 +83,8 @@ def test_a_node_down_or_gone_answers_404_and_handshakes_go_to_a_live_node(cluste
         cluster.kill("b")
 
         assert "pid=" in on_a.text("whoami")  # a's sessions go on untouched
+        # HAProxy marks the node down at the first refused connection (that request gets its 503).
+        wait_for(lambda: on_b.post({"jsonrpc": "2.0", "id": 6, "method": "ping"}).status_code == 404, timeout=10)
         for answer in (
             on_b.post({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}),
             on_b.http.get(on_b.url, headers=on_b.headers(accept="text/event-stream")),
