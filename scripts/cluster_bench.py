@@ -15,7 +15,7 @@ from pathlib import Path
 
 from router.settings import find_browser
 from tests.support import RawClient, serve_pages
-from tests.support.cluster import running_cluster
+from tests.support.cluster import open_on, running_cluster
 
 WARMUP = 3
 PERCENT = 100
@@ -23,15 +23,6 @@ PERCENT = 100
 
 def percentile(samples: list[float], q: int) -> float:
     return statistics.quantiles(samples, n=PERCENT, method="inclusive")[q - 1]
-
-
-def open_on_a(url: str) -> RawClient:
-    """A session whose owner is node "a" (the balancer picks; ask again until it is a)."""
-    client = RawClient(url)
-    while not (client.session_id or "").startswith("a."):
-        client.session_id = None
-        client.initialize()
-    return client
 
 
 def timed_call(client: RawClient, page: str) -> float:
@@ -56,8 +47,8 @@ def main() -> int:
         serve_pages() as pages,
         running_cluster(Path(tmp), "--idle-timeout", "600", browser=browser) as cluster,
     ):
-        direct = open_on_a(cluster.nodes["a"].url)
-        balanced = open_on_a(cluster.balancer.url)
+        direct = open_on(cluster.nodes["a"].url, "a")
+        balanced = open_on(cluster.balancer.url, "a")
         page = f"{pages}/second"
         samples: dict[str, list[float]] = {"direct": [], "nginx": []}
         try:

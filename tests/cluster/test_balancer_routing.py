@@ -14,7 +14,7 @@ import pytest
 from router.http.errors import SESSION_NOT_FOUND
 from router.sessions.nodes import owner_of
 from tests.support import RawClient, run_cli, wait_for
-from tests.support.cluster import NODES, Cluster, running_cluster
+from tests.support.cluster import NODES, Cluster, open_on, running_cluster
 
 SESSIONS = 10
 
@@ -59,9 +59,7 @@ def test_healthz_through_the_balancer_names_a_node(cluster: Cluster) -> None:
 
 
 def test_sessions_nodes_lists_the_whole_cluster_and_names_a_silent_node(cluster: Cluster) -> None:
-    with RawClient(cluster.balancer.url) as client:
-        while not (client.session_id or "").startswith("b."):
-            client.initialize()
+    with open_on(cluster.balancer.url, "b") as client:
         urls = [cluster.nodes[n].base_url for n in NODES]
         state = str(cluster.states["a"])  # its token: the cluster's
         out = run_cli("sessions", "--state-dir", state, "--nodes", ",".join(urls))
@@ -73,11 +71,7 @@ def test_sessions_nodes_lists_the_whole_cluster_and_names_a_silent_node(cluster:
 
 
 def test_a_node_down_or_gone_answers_404_and_handshakes_go_to_a_live_node(cluster: Cluster) -> None:
-    with RawClient(cluster.balancer.url) as on_a, RawClient(cluster.balancer.url) as on_b:
-        while not (on_a.session_id or "").startswith("a."):
-            on_a.initialize()
-        while not (on_b.session_id or "").startswith("b."):
-            on_b.initialize()
+    with open_on(cluster.balancer.url, "a") as on_a, open_on(cluster.balancer.url, "b") as on_b:
         on_a.start_worker()
         on_b.start_worker()
         cluster.kill("b")

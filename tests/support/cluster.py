@@ -1,4 +1,4 @@
-"""Two router nodes ("a", "b") as real `serve` processes behind deploy/cluster/nginx.conf."""
+"""Two router nodes ("a", "b") as real `serve` processes behind a shipped balancer configuration."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from typing import Any, Final
 import httpx
 
 from router.sessions.handshake import CACHE_DIR
+from router.sessions.nodes import owner_of
 from router.types import HANDSHAKE_VERSIONS
 from tests.support.auth import auth_headers
 from tests.support.balancer import Balancer, balancer_cluster
+from tests.support.client import RawClient
 from tests.support.serve import ServeProcess, serve_process
 from tests.support.wait import wait_for
 from workers.orphans import end_processes, processes_for
@@ -59,6 +61,21 @@ class Cluster:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         end_processes(processes_for(self.states[node]))
+
+
+OPEN_ATTEMPTS: Final = 50  # least-conn alternates; this many misses in a row means a bug
+
+
+def open_on(url: str, node: str) -> RawClient:
+    """A session through the balancer whose owner is ``node``: handshakes until one lands there."""
+    client = RawClient(url)
+    for _ in range(OPEN_ATTEMPTS):
+        client.session_id = None
+        client.initialize()
+        if owner_of(client.session_id or "") == node:
+            return client
+    client.close()
+    raise AssertionError(f"no handshake of {OPEN_ATTEMPTS} landed on node {node}")
 
 
 @contextmanager
