@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -17,6 +18,7 @@ from tests.support import RawClient, run_cli, wait_for
 from tests.support.cluster import NODES, Cluster, open_on, running_cluster
 
 SESSIONS = 10
+HANDSHAKES_AFTER_FULL = 6
 
 
 @pytest.fixture(scope="module", params=["nginx", "haproxy"])
@@ -93,3 +95,16 @@ def test_a_node_down_or_gone_answers_404_and_handshakes_go_to_a_live_node(cluste
         on_b.session_id = "zz." + "x" * 32  # a node the balancer does not know
         unknown = on_b.post({"jsonrpc": "2.0", "id": 8, "method": "tools/list"})
         assert unknown.status_code == 404 and unknown.json()["error"]["code"] == SESSION_NOT_FOUND
+
+
+@pytest.mark.parametrize("balancer", ["nginx", "haproxy"])
+def test_a_full_nodes_503_moves_the_handshake_to_another_node(balancer: str, tmp_path: Path) -> None:
+    with (
+        running_cluster(tmp_path, balancer=balancer, node_args={"a": ("--max-sessions", "1")}) as cluster,
+        open_on(cluster.balancer.url, "a") as first,
+    ):
+        first.start_worker()  # a session that browsed is never ended to make room: a is full
+        for _ in range(HANDSHAKES_AFTER_FULL):  # least-conn would send half of them to a
+            with RawClient(cluster.balancer.url) as client:
+                client.initialize()  # 200 every time: a's 503 was retried on b
+                assert owner_of(client.session_id or "") == "b"

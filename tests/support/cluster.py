@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -80,17 +80,21 @@ def open_on(url: str, node: str) -> RawClient:
 
 @contextmanager
 def running_cluster(
-    tmp: Path, *args: str, browser: str | None = None, balancer: str = "nginx"
+    tmp: Path, *args: str, browser: str | None = None, balancer: str = "nginx",
+    node_args: Mapping[str, Sequence[str]] | None = None,
 ) -> Iterator[Cluster]:
     """Both nodes with the tests' token (every node of a cluster must take the same one), behind
-    ``balancer`` ("nginx" or "haproxy")."""
+    ``balancer`` ("nginx" or "haproxy"); ``args`` for both nodes, ``node_args`` for one."""
     with ExitStack() as stack:
         states = {name: tmp / f"node-{name}" for name in NODES}
         # Last out: whatever workers a stopped (or killed) node left.
         stack.callback(lambda: [end_processes(processes_for(state)) for state in states.values()])
         nodes = {
             name: stack.enter_context(
-                serve_process(states[name], "--node-id", name, "--resume-reserve", "0", *args, browser=browser)
+                serve_process(
+                    states[name], "--node-id", name, "--resume-reserve", "0", *args,
+                    *(node_args or {}).get(name, ()), browser=browser,
+                )
             )
             for name in NODES
         }
