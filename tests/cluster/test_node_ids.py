@@ -99,3 +99,14 @@ def test_a_full_node_turns_initialize_away_with_retry_after(tmp_path: Path) -> N
         health = httpx.get(f"{router.base_url}/healthz", headers=auth_headers(), trust_env=False).json()
         assert health["accepting"] is False
         assert httpx.get(f"{router.base_url}/healthz", trust_env=False).status_code == 200  # not taken out
+
+
+def test_a_node_restarted_on_its_state_dir_resumes_its_ids(tmp_path: Path) -> None:
+    settings = router_settings(tmp_path / "state", node_id="r")
+    with RawClient(f"http://127.0.0.1:{settings.port}/mcp") as client:
+        with RouterThread(settings):
+            client.initialize()
+            client.start_worker()
+        with RouterThread(settings):  # the id is read back from session.json, node prefix and all
+            assert "pid=" in client.text("whoami")
+            assert (client.session_id or "").startswith("r.")
