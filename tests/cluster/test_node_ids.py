@@ -79,13 +79,15 @@ def test_own_unknown_ids_stay_404(node_a: RouterThread) -> None:
             assert client.post({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).status_code == 404
 
 
-def test_healthz_names_the_node_and_its_capacity(node_a: RouterThread) -> None:
+def test_healthz_and_the_api_name_the_node(node_a: RouterThread) -> None:
     public = httpx.get(f"{node_a.base_url}/healthz", trust_env=False)
     assert public.json() == {"status": "ok", "node": "a"}
     full = httpx.get(f"{node_a.base_url}/healthz", headers=auth_headers(), trust_env=False).json()
     assert full["node"] == "a"
     assert full["capacity"] == {"sessions": 3, "workers": node_a.settings.max_live_workers}
     assert isinstance(full["accepting"], bool)
+    sessions = httpx.get(f"{node_a.base_url}/api/sessions", headers=auth_headers(), trust_env=False).json()
+    assert sessions["node"] == "a"  # the dashboard says whose sessions it shows
 
 
 def test_a_full_node_turns_initialize_away_with_retry_after(tmp_path: Path) -> None:

@@ -77,8 +77,11 @@ function renderSessions(data) {
 
 async function pollSessions() {
   try {
-    renderSessions(await getJson("/api/sessions"));
-    $("status").textContent = "live · updated " + new Date().toLocaleTimeString();
+    const data = await getJson("/api/sessions");
+    renderSessions(data);
+    // Each node of a cluster shows its own sessions: say which one this is.
+    const node = data.node ? "node " + data.node + " · " : "";
+    $("status").textContent = node + "live · updated " + new Date().toLocaleTimeString();
     $("status").className = "ok";
   } catch (err) {
     $("status").textContent = "router unreachable: " + err.message;
