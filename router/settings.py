@@ -87,6 +87,8 @@ class Settings(BaseSettings):
     # Scale-out (router/sessions/nodes.py): minted ids start "<node_id>." so a balancer routes by
     # the Mcp-Session-Id prefix; another node's id is answered 421. None: ids as on one host.
     node_id: str | None = None
+    # Every node's base URL (this one's too): the dashboard lists the whole cluster's sessions.
+    cluster_nodes: list[str] = Field(default_factory=list)
 
     @field_validator("node_id")
     @classmethod

@@ -30,6 +30,7 @@ from router.http.security import OriginPolicy, SecurityMiddleware
 from router.http.tool_policy import ToolPolicy
 from router.layout import StateLayout
 from router.operator.api import Api
+from router.operator.cluster_view import ClusterView
 from router.operator.metrics import Metrics, TimedEndpoint
 from router.operator.ui import Ui
 from router.sessions.handshake import HandshakeCache, worker_fingerprint
@@ -130,7 +131,8 @@ def create_app(settings: Settings) -> Starlette:
     if problem is not None:
         raise ValueError(problem)
     layout = StateLayout(private_state_dir(Path(settings.state_dir)))
-    auth = TokenAuth(load_or_create_token(layout.root), port=settings.port) if settings.auth == "token" else None
+    token = load_or_create_token(layout.root) if settings.auth == "token" else None
+    auth = TokenAuth(token, port=settings.port) if token is not None else None
     supervisor = build_supervisor(settings)
     health = Health()
     recorder = None
@@ -228,6 +230,7 @@ def create_app(settings: Settings) -> Starlette:
             Route("/healthz", healthz, methods=["GET"]),
             Route("/metrics", metrics.endpoint, methods=["GET"]),
             *Api(manager, lambda: recorder.records if recorder is not None else None, layout).routes(),
+            *ClusterView(settings.cluster_nodes, token, settings.node_id).routes(),
             *Ui().routes(),
             *(auth.routes() if auth is not None else []),
         ],

@@ -70,6 +70,10 @@ def test_sessions_nodes_lists_the_whole_cluster_and_names_a_silent_node(cluster:
         assert {"a.", "b."} <= {line[:2] for line in out.stdout.splitlines()}
         silent = run_cli("sessions", "--state-dir", state, "--nodes", f"{urls[0]},http://127.0.0.1:9")
         assert silent.returncode == 1 and "http://127.0.0.1:9 did not answer" in silent.stderr
+        view = cluster.cluster_view("a")  # what a's dashboard lists: b's session too
+        assert view["configured"] and view["node"] == "a" and view["missing"] == []
+        row = next(r for r in view["sessions"] if r["id"] == client.session_id)
+        assert row["node"] == urls[1]
 
 
 def test_a_node_down_or_gone_answers_404_and_handshakes_go_to_a_live_node(cluster: Cluster) -> None:
@@ -79,6 +83,7 @@ def test_a_node_down_or_gone_answers_404_and_handshakes_go_to_a_live_node(cluste
         cluster.kill("b")
 
         assert "pid=" in on_a.text("whoami")  # a's sessions go on untouched
+        assert cluster.cluster_view("a")["missing"] == [cluster.nodes["b"].base_url]
         # HAProxy marks the node down at the first refused connection (that request gets its 503).
         wait_for(lambda: on_b.post({"jsonrpc": "2.0", "id": 6, "method": "ping"}).status_code == 404, timeout=10)
         for answer in (

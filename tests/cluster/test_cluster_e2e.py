@@ -1,12 +1,14 @@
 """Two nodes with real @playwright/mcp workers behind deploy/cluster/nginx.conf: ten sessions
 spread over both and recorded only by their owner, the Claude-Code-shaped client (its GET stream,
 the worker's roots/list and pings across nginx), the Python and TypeScript SDKs; then node "b" is
-SIGKILLed: "a"'s sessions go on, "b"'s get 404 and a client that re-initializes browses on "a"."""
+SIGKILLed: "a"'s sessions go on, "b"'s get 404 and a client that re-initializes browses on "a".
+Node a's dashboard lists the whole cluster (--cluster-node)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +16,7 @@ from typing import Final
 
 import pytest
 from mcp import Client
+from playwright.sync_api import expect, sync_playwright
 
 from router.http.errors import SESSION_NOT_FOUND
 from router.sessions.nodes import owner_of
@@ -105,6 +108,23 @@ def test_typescript_sdk_through_nginx(cluster: Cluster, pages: str) -> None:
     answer = json.loads(out.stdout.strip().splitlines()[-1])
     assert "- Page Title: Second" in answer["text"]
     assert owner_of(answer["sessionId"]) in NODES
+
+
+def test_a_nodes_dashboard_lists_the_whole_cluster(cluster: Cluster, spread: list[RawClient], chromium: str) -> None:
+    base = cluster.nodes["a"].base_url
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.goto(f"{base}/ui/login#token={TEST_TOKEN}")
+            expect(page.locator("#status")).to_contain_text("node a (cluster view)")
+            for client in spread:  # b's sessions too, shown but left to b's own dashboard
+                row = page.locator(f'tr[data-session-id="{client.session_id}"]')
+                expect(row).to_have_count(1)
+                remote = owner_of(client.session_id or "") != "a"
+                expect(row).to_have_class(re.compile(r"\bremote\b" if remote else r"^session( selected)?$"))
+        finally:
+            browser.close()
 
 
 def test_node_b_killed_a_goes_on_b_sessions_404_and_reinitialize_lands_on_a(

@@ -88,6 +88,8 @@ def test_healthz_and_the_api_name_the_node(node_a: RouterThread) -> None:
     assert isinstance(full["accepting"], bool)
     sessions = httpx.get(f"{node_a.base_url}/api/sessions", headers=auth_headers(), trust_env=False).json()
     assert sessions["node"] == "a"  # the dashboard says whose sessions it shows
+    cluster = httpx.get(f"{node_a.base_url}/api/cluster/sessions", headers=auth_headers(), trust_env=False)
+    assert cluster.json() == {"configured": False, "node": "a"}  # no --cluster-node: this node alone
 
 
 def test_a_full_node_turns_initialize_away_with_retry_after(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from router.types import HANDSHAKE_VERSIONS
 from tests.support.auth import auth_headers
 from tests.support.balancer import Balancer, balancer_cluster
 from tests.support.client import RawClient
+from tests.support.routers import free_port
 from tests.support.serve import ServeProcess, serve_process
 from tests.support.wait import wait_for
 from workers.orphans import end_processes, processes_for
@@ -55,6 +56,14 @@ class Cluster:
         answer.raise_for_status()
         return {row["id"]: row for row in answer.json()["sessions"]}
 
+    def cluster_view(self, node: str) -> dict[str, Any]:
+        """GET /api/cluster/sessions of ``node``: every node's rows, and the silent nodes."""
+        answer = httpx.get(f"{self.nodes[node].base_url}/api/cluster/sessions", headers=auth_headers(),
+                           timeout=API_TIMEOUT, trust_env=False)  # fmt: skip
+        answer.raise_for_status()
+        body: dict[str, Any] = answer.json()
+        return body
+
     def kill(self, node: str) -> None:
         """SIGKILL, as a host that dies would: the node's workers are orphans, ended here."""
         proc = self.nodes[node].proc
@@ -89,11 +98,14 @@ def running_cluster(
         states = {name: tmp / f"node-{name}" for name in NODES}
         # Last out: whatever workers a stopped (or killed) node left.
         stack.callback(lambda: [end_processes(processes_for(state)) for state in states.values()])
+        ports = {name: free_port() for name in NODES}
+        # Each node's dashboard lists the whole cluster (GET /api/cluster/sessions).
+        peers = [arg for name in NODES for arg in ("--cluster-node", f"http://127.0.0.1:{ports[name]}")]
         nodes = {
             name: stack.enter_context(
                 serve_process(
-                    states[name], "--node-id", name, "--resume-reserve", "0", *args,
-                    *(node_args or {}).get(name, ()), browser=browser,
+                    states[name], "--node-id", name, "--resume-reserve", "0", *peers, *args,
+                    *(node_args or {}).get(name, ()), port=ports[name], browser=browser,
                 )
             )
             for name in NODES
