@@ -61,6 +61,9 @@ def test_httproute_sends_each_pods_sessions_to_that_pod() -> None:
     services = {s["metadata"]["name"]: s for s in manifests["Service"]}
     container = statefulset["spec"]["template"]["spec"]["containers"][0]
     assert "--node-id=$(POD_NAME)" in container["args"]
+    peers = {a.removeprefix("--cluster-node=") for a in container["args"] if a.startswith("--cluster-node=")}
+    service_name = statefulset["spec"]["serviceName"]
+    assert peers == {f"http://{name}-{i}.{service_name}:4000" for i in range(replicas)}  # one per replica
     route = manifests["HTTPRoute"][0]
     rules = route["spec"]["rules"]
 
