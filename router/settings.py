@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -84,6 +84,18 @@ class Settings(BaseSettings):
     retention_days: float = 30.0
     log_level: str = "info"
     log_format: Literal["text", "json"] = "text"
+    # Scale-out (router/sessions/nodes.py): minted ids start "<node_id>." so a balancer routes by
+    # the Mcp-Session-Id prefix; another node's id is answered 421. None: ids as on one host.
+    node_id: str | None = None
+    # Every node's base URL (this one's too): the dashboard lists the whole cluster's sessions.
+    cluster_nodes: list[str] = Field(default_factory=list)
+
+    @field_validator("node_id")
+    @classmethod
+    def _node_id(cls, value: str | None) -> str | None:
+        from router.sessions.nodes import check_node_id
+
+        return check_node_id(value) if value else None
 
     def browser_path(self) -> str | None:
         return self.browser or find_browser()

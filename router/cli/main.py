@@ -59,6 +59,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--browse-block", dest="browse_block", action="append", metavar="ORIGIN",
                    help="origins the browsers may not request (repeat; checked before --browse-allow)")
     p.add_argument("--responses", choices=["full", "compact"])
+    p.add_argument("--node-id", help="this host's name behind a balancer: session ids start with it (deploy/)")
+    p.add_argument("--cluster-node", dest="cluster_nodes", action="append", metavar="URL",
+                   help="a cluster node's base URL (repeat, this one's too): the dashboard lists all their sessions")
     p.add_argument("--no-record", dest="record", action="store_const", const=False, default=None)
     p.add_argument("--log-level")
     p.add_argument("--log-format", choices=["text", "json"])

@@ -19,6 +19,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--state-dir")
     p.add_argument("--limit", type=int, default=200)
     p.add_argument("--end", metavar="ID", help="end a session for good (its browser profile is deleted)")
+    p.add_argument("--nodes", metavar="URL,URL", help="a cluster's nodes: each one's live sessions, read from its /api")
     p.set_defaults(func=_sessions)
     p = sub.add_parser("show", help="a session's timeline of calls")
     p.add_argument("session_id")
@@ -73,6 +74,10 @@ def _sessions(args: argparse.Namespace) -> int:
         ok, message = admin.end_session(layout(args).root, args.end)
         print(message, file=sys.stdout if ok else sys.stderr)
         return 0 if ok else 1
+    if args.nodes:
+        from router.cli.cluster import show_cluster
+
+        return show_cluster(args.nodes, layout(args).root, args.limit)
     live = _live_sessions(layout(args).root)
     if live is not None:
         # A running router knows more than the file: live state, worker pid/port, memory.

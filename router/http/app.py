@@ -33,6 +33,7 @@ from router.http.security import OriginPolicy, SecurityMiddleware
 from router.http.tool_policy import ToolPolicy
 from router.layout import StateLayout
 from router.operator.api import Api
+from router.operator.cluster_view import ClusterView
 from router.operator.metrics import Metrics, TimedEndpoint
 from router.operator.ui import Ui
 from router.sessions.handshake import HandshakeCache, worker_fingerprint
@@ -120,12 +121,21 @@ def continuity_options(settings: Settings) -> dict[str, Any]:
     }
 
 
+def public_health(failures: dict[str, str], node_id: str | None) -> dict[str, Any]:
+    """What /healthz tells anyone: liveness, and the node id when there is one."""
+    body: dict[str, Any] = {"status": "failing" if failures else "ok"}
+    if node_id is not None:
+        body["node"] = node_id
+    return body
+
+
 def create_app(settings: Settings) -> Starlette:
     problem = bind_problem(settings.host, settings.auth)
     if problem is not None:
         raise ValueError(problem)
     layout = StateLayout(private_state_dir(Path(settings.state_dir)))
-    auth = TokenAuth(load_or_create_token(layout.root), port=settings.port) if settings.auth == "token" else None
+    token = load_or_create_token(layout.root) if settings.auth == "token" else None
+    auth = TokenAuth(token, port=settings.port) if token is not None else None
     supervisor = build_supervisor(settings)
     health = Health()
     recorder = None
@@ -145,6 +155,7 @@ def create_app(settings: Settings) -> Starlette:
         idle_timeout=settings.idle_timeout,
         max_sessions=settings.max_sessions,
         metrics=metrics,
+        node_id=settings.node_id,
         **continuity_options(settings),
     )
     metrics.watch(manager, layout.db if recorder is not None else None)
@@ -197,13 +208,19 @@ def create_app(settings: Settings) -> Starlette:
         failures = health.failures
         status = 503 if failures else 200
         if not request.scope.get("state", {}).get(STATE_KEY):
-            # Open to all: liveness (and failure, for systemd and balancers), nothing more.
-            return JSONResponse({"status": "failing" if failures else "ok"}, status_code=status)
+            # Open to all: liveness (and failure, for systemd and balancers) and which node
+            # answered (already in every id it mints, so no secret): a balancer checks that its
+            # map and the nodes agree. How busy the node is needs the token; a full node is told
+            # apart by its 503 to initialize, which balancers retry elsewhere. Never 503 here when
+            # merely full: a balancer would take the node out, and its working sessions with it.
+            return JSONResponse(public_health(failures, manager.node_id), status_code=status)
         body: dict[str, Any] = {
-            "status": "failing" if failures else "ok",
+            **public_health(failures, manager.node_id),
+            "accepting": manager.accepting_sessions(),
             "sessions": len(manager.sessions.live()),
             "workers": supervisor.live_count,
             "warm_workers": len(manager.pool),
+            "capacity": {"sessions": manager.max_sessions, "workers": manager.max_live_workers},
         }
         if failures:
             body["failures"] = failures
@@ -224,6 +241,7 @@ def create_app(settings: Settings) -> Starlette:
             Route("/healthz", healthz, methods=["GET"]),
             Route("/metrics", metrics.endpoint, methods=["GET"]),
             *Api(manager, lambda: recorder.records if recorder is not None else None, layout).routes(),
+            *ClusterView(settings.cluster_nodes, token, settings.node_id).routes(),
             *Ui().routes(),
             *(auth.routes() if auth is not None else []),
         ],

@@ -13,6 +13,7 @@
     ├── PayloadTooLarge            413   -32600
     ├── UnsupportedMediaType       415   -32600
     ├── MisdirectedRequest         421   -32600 Host not allowed (DNS rebinding)
+    │   └── WrongNode              421   -32600 the session id names another router node
     ├── WorkerUnreachable          502   -32603 the worker did not answer
     └── ServiceUnavailable         503   -32603 cannot spawn, at capacity, degraded (Retry-After)
         └── TooManyRequests        429   -32603 new sessions arriving faster than the limit (Retry-After)
@@ -131,6 +132,10 @@ class UnsupportedMediaType(RouterError):
 class MisdirectedRequest(RouterError):
     status = 421
     code = INVALID_REQUEST
+
+
+class WrongNode(MisdirectedRequest):
+    """The balancer sent a session to a node that does not own it (router/sessions/nodes.py)."""
 
 
 class WorkerUnreachable(RouterError):

@@ -156,7 +156,10 @@ class Api:
         rows = [self._row(r, live.pop(r["id"], None), memory) for r in recorded]
         # Live sessions the record does not show (recording off, or beyond the limit) come first.
         extra = [self._row(None, s, memory) for s in sorted(live.values(), key=lambda s: -s.created)]
-        return JSONResponse({"sessions": extra + rows, "recording": records is not None, "now": time.time()})
+        return JSONResponse({
+            "sessions": extra + rows, "recording": records is not None, "now": time.time(),
+            "node": self.manager.node_id,  # behind a balancer: whose sessions these are (--node-id)
+        })
 
     async def session(self, request: Request) -> Response:
         session_id = request.path_params["session_id"]

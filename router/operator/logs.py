@@ -16,9 +16,10 @@ _RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None)))
 # Lifecycle lines say "session=ID" (and call lines "ref=ID") in their text; the JSON form lifts
 # them into keys even when the call site passed no `extra`, so `jq 'select(.session == "…")'`
 # finds every line of a session's story, whoever wrote the log call.
-# Minted ids are URL-safe base64, ref_ids UUIDs: neither takes in a trailing ':' or ','.
+# Minted ids are URL-safe base64 (after "<node>." with --node-id), ref_ids UUIDs: neither takes
+# in a trailing ':' or ','.
 _KEYS_IN_TEXT = (
-    ("session", re.compile(r"\bsession=([A-Za-z0-9_-]+)")),
+    ("session", re.compile(r"\bsession=((?:[A-Za-z0-9_-]+\.)?[A-Za-z0-9_-]+)")),
     ("ref_id", re.compile(r"\bref=([A-Za-z0-9-]+)")),
 )
 

@@ -35,6 +35,7 @@ from router.sessions.admission import Admission, RateLimit
 from router.sessions.continuity import RESUME_REASONS, Continuity
 from router.sessions.control import ControlError
 from router.sessions.handshake import HandshakeCache, fill_cache
+from router.sessions.nodes import check_owner
 from router.sessions.pool import WarmPool
 from router.sessions.table import DORMANT, ENDED, RECORD_STATE, Session, SessionTable, State, check_session_id
 from router.sessions.upkeep import Upkeep
@@ -82,6 +83,7 @@ class SessionManager:
         warm_workers: int = 0,
         resume_reserve: int = 0,
         probe_handshake: bool = True,
+        node_id: str | None = None,
     ) -> None:
         self.supervisor = supervisor
         self.recorder = recorder
@@ -92,7 +94,8 @@ class SessionManager:
         self.retention = retention
         self.budget = budget
         self.probe_handshake = probe_handshake
-        self.sessions = SessionTable()
+        self.node_id = node_id  # minted ids start "<node>."; other nodes' ids are 421
+        self.sessions = SessionTable(node_id)
         self.handshake_probed = False  # the start-up probe is over (filled, failed or not needed)
         self._probe_id: str | None = None
         self.stopping = anyio.Event()  # set when the router begins shutting down
@@ -278,10 +281,18 @@ class SessionManager:
         )  # fmt: skip
         return session, result
 
+    def accepting_sessions(self) -> bool:
+        """Whether an ``initialize`` would be taken now (else 503 + Retry-After, so a balancer
+        retries it on another node)."""
+        return len(self.sessions.live()) < self.max_sessions or self.sessions.longest_unused(
+            time.monotonic(), self.upkeep.idle_timeout
+        ) is not None
+
     async def lookup(self, session_id: str) -> Session:
         """The session for a client's id, live or dormant (loaded from disk after a restart of the
-        router): 400 if malformed, 404 if unknown, ended or past retention."""
+        router): 400 if malformed, 421 if another node's, 404 if unknown, ended or past retention."""
         check_session_id(session_id)
+        check_owner(session_id, self.node_id)
         session = self.sessions.get(session_id)
         if session is None:
             session = statefiles.session_from_disk(

@@ -24,10 +24,12 @@ if TYPE_CHECKING:
 MAX_ASKED = 64  # the worker's open requests to the client we remember, to route the answers
 SESSION_ID_BYTES = 24  # 192 random bits, 32 URL-safe characters
 MAX_SESSION_ID_LENGTH = 128
+NODE_SEPARATOR = "."  # never in a random part (URL-safe base64) nor in a node id
 # Visible ASCII per the spec; anything else cannot be one of ours.
 _SESSION_ID_RE = re.compile(r"[\x21-\x7e]+")
-# What mint_session_id produces: the only ids ever looked up on disk (no "/" or "..").
-MINTED_ID_RE = re.compile(r"[A-Za-z0-9_-]{16,128}")
+# What mint_session_id produces: the only ids ever looked up on disk (no "/" or ".."): an
+# optional node id and one "." (router/sessions/nodes.py), then the random part.
+MINTED_ID_RE = re.compile(r"(?=.{16,128}\Z)(?:[A-Za-z0-9][A-Za-z0-9_-]*\.)?[A-Za-z0-9_-]{16,}")
 
 
 class State(Enum):
@@ -63,8 +65,12 @@ RECORD_STATE = {
 }
 
 
-def mint_session_id() -> str:
-    """Never with a leading "-": `mcp-router show ID` would read such an id as an option."""
+def mint_session_id(node_id: str | None = None) -> str:
+    """Never with a leading "-": `mcp-router show ID` would read such an id as an option. With a
+    node id, ``<node>.<random>``: a balancer routes by that prefix (node ids start with a letter
+    or digit, router/sessions/nodes.py)."""
+    if node_id:
+        return f"{node_id}{NODE_SEPARATOR}{secrets.token_urlsafe(SESSION_ID_BYTES)}"
     while True:
         session_id = secrets.token_urlsafe(SESSION_ID_BYTES)
         if not session_id.startswith("-"):
@@ -172,8 +178,9 @@ class StreamSlot:
 
 
 class SessionTable:
-    def __init__(self) -> None:
+    def __init__(self, node_id: str | None = None) -> None:
         self._sessions: dict[str, Session] = {}
+        self.node_id = node_id
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -188,9 +195,9 @@ class SessionTable:
             if session_id in self._sessions:
                 raise ValueError(f"session id already in use: {session_id}")
         else:
-            session_id = mint_session_id()
+            session_id = mint_session_id(self.node_id)
             while session_id in self._sessions:  # astronomically unlikely, but cheap to rule out
-                session_id = mint_session_id()
+                session_id = mint_session_id(self.node_id)
         session = Session(session_id, response_mode=response_mode)
         self._sessions[session_id] = session
         return session

@@ -25,11 +25,10 @@ CLI_TIMEOUT = 60.0
 HEALTH_PROBE_TIMEOUT = 1.0
 
 
-@dataclass
-class ServeProcess:
-    proc: subprocess.Popen[bytes]
+class OnLoopback:
+    """A server on a loopback port (the router, or a balancer in front of routers)."""
+
     port: int
-    log: Path  # the process's stderr: a file, so a chatty router never blocks on a full pipe
 
     @property
     def base_url(self) -> str:
@@ -38,6 +37,13 @@ class ServeProcess:
     @property
     def url(self) -> str:
         return f"{self.base_url}/mcp"
+
+
+@dataclass
+class ServeProcess(OnLoopback):
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path  # the process's stderr: a file, so a chatty router never blocks on a full pipe
 
     def stderr(self) -> str:
         return self.log.read_text(errors="replace")

@@ -6,7 +6,8 @@
 const POLL_MS = 1500;
 const ACTION_HEADER = "X-MCP-Router-Action";
 
-const state = { selected: null, callsKey: "", call: null };
+// cluster: null until known; then whether this node lists the whole cluster (--cluster-node).
+const state = { selected: null, callsKey: "", call: null, cluster: null };
 
 const $ = (id) => document.getElementById(id);
 
@@ -20,7 +21,16 @@ function el(tag, props, ...children) {
 }
 
 function short(id) {
-  return id ? String(id).slice(0, 8) : "";
+  if (!id) return "";
+  // "<node>.<random>" behind a balancer (--node-id): the node and the start of the random part.
+  const text = String(id);
+  const dot = text.indexOf(".");
+  return dot > 0 ? text.slice(0, dot + 9) : text.slice(0, 8);
+}
+
+function nodeOf(id) {
+  const dot = String(id).indexOf(".");
+  return dot > 0 ? String(id).slice(0, dot) : null;
 }
 
 function duration(seconds) {
@@ -68,7 +78,14 @@ function renderSessions(data) {
     );
     tr.dataset.sessionId = s.id;
     tr.dataset.state = s.state;
-    tr.addEventListener("click", () => selectSession(s.id));
+    const node = nodeOf(s.id);
+    if (data.node && node && node !== data.node) {
+      // Another node's session: its calls are in that node's record, shown by that node's /ui.
+      tr.classList.add("remote");
+      tr.title = "on node " + node + (s.node ? " (" + s.node + ")" : "") + ": open that node's dashboard";
+    } else {
+      tr.addEventListener("click", () => selectSession(s.id));
+    }
     return tr;
   });
   tbody.replaceChildren(...rows);
@@ -77,8 +94,15 @@ function renderSessions(data) {
 
 async function pollSessions() {
   try {
-    renderSessions(await getJson("/api/sessions"));
-    $("status").textContent = "live · updated " + new Date().toLocaleTimeString();
+    if (state.cluster === null) {
+      state.cluster = (await getJson("/api/cluster/sessions")).configured === true;
+    }
+    const data = await getJson(state.cluster ? "/api/cluster/sessions" : "/api/sessions");
+    renderSessions(data);
+    // Each node of a cluster keeps its own sessions: say which node this is, and who is silent.
+    const node = data.node ? "node " + data.node + (state.cluster ? " (cluster view)" : "") + " · " : "";
+    const missing = (data.missing || []).map((url) => " · " + url + " not answering").join("");
+    $("status").textContent = node + "live · updated " + new Date().toLocaleTimeString() + missing;
     $("status").className = "ok";
   } catch (err) {
     $("status").textContent = "router unreachable: " + err.message;

@@ -1,0 +1,56 @@
+"""`mcp-router sessions --nodes URL,URL`: the whole cluster's sessions, read from each node's
+/api (read-only). Each node keeps its own record; nothing is shared, so the view is assembled
+here, and a node that does not answer is named rather than silently left out."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from router.cli import admin, tables
+from router.cli.api_client import fetch_live_sessions_at
+
+TOKEN_ENV: Final = "MCP_ROUTER_TOKEN"  # else the local state dir's token: a cluster shares one
+NODE_TIMEOUT: Final = 5.0  # across a network, and a busy node; the CLI still must not hang
+EXIT_PARTIAL: Final = 1
+
+
+def parse_nodes(value: str) -> list[str]:
+    urls = [url.strip().rstrip("/") for url in value.split(",") if url.strip()]
+    for url in urls:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"--nodes: {url!r} is not an http(s) URL")
+    return urls
+
+
+def cluster_sessions(urls: Sequence[str], token: str | None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every node's rows (each with ``node``: its URL), most recent first, and the nodes that did
+    not answer (down, or the token is not theirs)."""
+    rows: list[dict[str, Any]] = []
+    missing: list[str] = []
+    for url in urls:
+        found = fetch_live_sessions_at(url, token=token, timeout=NODE_TIMEOUT)
+        if found is None:
+            missing.append(url)
+            continue
+        rows += [{**row, "node": url} for row in found]
+    rows.sort(key=lambda row: row.get("last_activity") or 0, reverse=True)
+    return rows, missing
+
+
+def show_cluster(nodes: str, state_dir: Path, limit: int) -> int:
+    try:
+        urls = parse_nodes(nodes)
+    except ValueError as exc:
+        print(f"mcp-router: {exc}", file=sys.stderr)
+        return 2
+    token = os.environ.get(TOKEN_ENV) or admin.state_dir_token(state_dir)
+    rows, missing = cluster_sessions(urls, token)
+    print(tables.format_sessions_table(rows[:limit]))
+    for url in missing:
+        print(f"mcp-router: node {url} did not answer (down, or another token): its sessions are not shown",
+              file=sys.stderr)  # fmt: skip
+    return EXIT_PARTIAL if missing else 0
