@@ -97,12 +97,14 @@ class SessionStream:
             upstream = await connection.send("GET", headers)
         except UpstreamError:
             return
+        ready: anyio.Event | None = None
         try:
             if upstream.status_code != 200:
                 log.debug("worker refused the GET stream session=%s status=%d", session.id, upstream.status_code)
                 return
             if session.connection is connection:
-                session.relay_ready.set()
+                ready = session.relay_ready
+                ready.set()
             splitter = EventSplitter()
             async for chunk in upstream.aiter_raw():
                 try:
@@ -121,4 +123,8 @@ class SessionStream:
             pass  # the worker went away: the client's stream stays, waiting for the next one
         finally:
             await upstream.aclose()
+            if ready is not None and session.relay_ready is ready:
+                # No relay stands any more (taken over, or the worker's stream ended): the next
+                # request waits for the next one, or the worker would ask into a closed stream.
+                session.relay_ready = anyio.Event()
 

@@ -77,13 +77,18 @@ async def test_page_resource_follows_navigation_and_screenshots_are_listed(
         image = contents(await c.read_resource(shot_uri))
         assert image.mime_type in ("image/png", "image/jpeg")
         assert base64.b64decode(image.blob).startswith(PNG_MAGIC) or image.mime_type == "image/jpeg"
-        # The record keeps the read, not another copy of the image.
-        with sqlite3.connect(pw_router.settings.state_dir / "router.db") as db:
-            kept = db.execute(
-                "SELECT p.result FROM requests r JOIN responses p ON p.ref_id = r.ref_id"
-                " WHERE r.session_id = ? AND r.method = 'resources/read' AND r.params LIKE ?",
-                (session.id, f"%{ref_id}%"),
-            ).fetchall()
+        # The record keeps the read, not another copy of the image (written soon after; a read
+        # that is no tool call does not wait for its row).
+        def kept_reads() -> list[tuple[str]]:
+            with sqlite3.connect(pw_router.settings.state_dir / "router.db") as db:
+                return db.execute(
+                    "SELECT p.result FROM requests r JOIN responses p ON p.ref_id = r.ref_id"
+                    " WHERE r.session_id = ? AND r.method = 'resources/read' AND r.params LIKE ?",
+                    (session.id, f"%{ref_id}%"),
+                ).fetchall()
+
+        await async_wait_for(kept_reads, within=NOTICE_WAIT)
+        kept = kept_reads()
         assert kept and all('"blob_chars"' in row[0] and image.blob not in row[0] for row in kept)
 
         before = heard.list_changes
