@@ -8,18 +8,12 @@ from collections.abc import Iterable
 from typing import Final
 from urllib.parse import urlsplit
 
-import httpx
-
-from router.http.upstream import CONNECT_TIMEOUT, KEEPALIVE_EXPIRY, UpstreamError, UpstreamPool, UpstreamResponse
+from router.http.upstream import UpstreamError, UpstreamPool, UpstreamResponse
 from router.types import H_SESSION_ID
 from workers.ports import LOOPBACK
 from workers.supervisor import Worker
 
-# Streams and tool calls may legitimately stay silent for minutes; a dead worker closes the
-# socket, which is noticed at once, so no read timeout is needed to notice one.
-READ_TIMEOUT: Final = None
 DELETE_TIMEOUT: Final = 3.0
-MAX_CONNECTIONS_PER_WORKER: Final = 16
 
 HOP_BY_HOP: Final = frozenset(
     {
@@ -83,30 +77,14 @@ def downstream_headers(
 
 
 class WorkerConnection:
-    """The router's side of one worker: where it listens, kept-alive sockets for the client's
-    traffic (``send``), and an httpx client for the router's own, rarer sessions (``client``)."""
+    """The router's side of one worker: where it listens, and kept-alive sockets for everything
+    sent to it (the clients' traffic and the router's own sessions)."""
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
         self.url = worker.url
         self.host_header = worker.host_header
         self.upstream = UpstreamPool(LOOPBACK, worker.port, urlsplit(worker.url).path)
-        self._client: httpx.AsyncClient | None = None
-
-    @property
-    def client(self) -> httpx.AsyncClient:
-        """For control and replay sessions (not the hot path); made on first use."""
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT),
-                limits=httpx.Limits(
-                    max_connections=MAX_CONNECTIONS_PER_WORKER,
-                    max_keepalive_connections=MAX_CONNECTIONS_PER_WORKER,
-                    keepalive_expiry=KEEPALIVE_EXPIRY,
-                ),
-                trust_env=False,
-            )
-        return self._client
 
     async def send(
         self, method: str, headers: list[tuple[bytes, bytes]], body: bytes | None = None
@@ -124,5 +102,3 @@ class WorkerConnection:
 
     async def aclose(self) -> None:
         await self.upstream.aclose()
-        if self._client is not None:
-            await self._client.aclose()

@@ -145,8 +145,8 @@ class Continuity:
             worker = await self.admission.spawn(session.id)
         spawned = time.monotonic()
         connection = connection or WorkerConnection(worker)
-        replay = prepared or ControlSession(connection.client, worker.url, worker.host_header)
-        control = control or ControlSession(connection.client, worker.url, worker.host_header)
+        replay = prepared or ControlSession(connection)
+        control = control or ControlSession(connection)
         worker_session_id = ""
         restored = False
         failures: list[ControlError] = []
@@ -218,8 +218,7 @@ class Continuity:
 
     async def reopen(self, session: Session, connection: WorkerConnection) -> bool:
         """A new worker session for the client's handshake on the same, living worker."""
-        worker = connection.worker
-        replay = ControlSession(connection.client, worker.url, worker.host_header)
+        replay = ControlSession(connection)
         try:
             session.worker_session_id = await replay.open(session.initialize_params or None)
         except ControlError as exc:

@@ -9,15 +9,19 @@ carries the client's own traffic.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
 
-import httpx
+import anyio
 
 from router.http.sse import EventSplitter, EventTooLarge, event_json
-from router.types import H_SESSION_ID, JSON, SSE
+from router.http.upstream import UpstreamError
+from router.types import H_PROTOCOL_VERSION, H_SESSION_ID, JSON, SSE
+
+if TYPE_CHECKING:
+    from router.http.proxy import WorkerConnection
 
 CONTROL_TIMEOUT: Final = 30.0  # a tool call that restores a page may load it; generous but bounded
 CONTROL_CLIENT_INFO: Final = {"name": "mcp-router-control", "version": "1"}
@@ -28,10 +32,17 @@ class ControlError(Exception):
     """The worker refused, failed or answered something unreadable."""
 
 
-def _answer(response: httpx.Response, request_id: int) -> dict[str, Any]:
-    content_type = response.headers.get("content-type", "")
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    status: int
+    content_type: str
+    session_id: str | None
+    content: bytes
+
+
+def _answer(response: _Reply, request_id: int) -> dict[str, Any]:
     messages: list[Any]
-    if content_type.startswith(SSE):
+    if response.content_type.startswith(SSE):
         try:
             messages = [event_json(e) for e in EventSplitter().feed(response.content + b"\n\n")]
         except EventTooLarge as exc:
@@ -40,43 +51,55 @@ def _answer(response: httpx.Response, request_id: int) -> dict[str, Any]:
         try:
             messages = [json.loads(response.content)]
         except ValueError as exc:
-            raise ControlError(f"unreadable answer ({response.status_code})") from exc
+            raise ControlError(f"unreadable answer ({response.status})") from exc
     for message in messages:
         if isinstance(message, dict) and message.get("id") == request_id:
             if "error" in message:
                 raise ControlError(f"worker error: {message['error']}")
             result = message.get("result")
             return result if isinstance(result, dict) else {}
-    raise ControlError(f"no answer to request {request_id} ({response.status_code})")
+    raise ControlError(f"no answer to request {request_id} ({response.status})")
 
 
 class ControlSession:
     """One MCP session on a worker, driven by the router. ``open`` it, ``call`` tools, ``close``."""
 
-    def __init__(self, client: httpx.AsyncClient, url: str, host_header: str) -> None:
-        self.client = client
-        self.url = url
-        self.host_header = host_header
+    def __init__(self, connection: WorkerConnection) -> None:
+        self.connection = connection
         self.session_id: str | None = None
         self.protocol_version = DEFAULT_PROTOCOL_VERSION
         self.initialize_result: dict[str, Any] = {}
         self.opened_with: dict[str, Any] | None = None  # the initialize params ``open`` was given
         self._ids = itertools.count(1)  # JSON-RPC ids are per session
 
-    def _headers(self) -> dict[str, str]:
-        headers = {"host": self.host_header, "content-type": JSON, "accept": f"{JSON}, {SSE}"}
+    def _headers(self) -> list[tuple[bytes, bytes]]:
+        headers = [
+            (b"host", self.connection.host_header.encode()),
+            (b"content-type", JSON.encode()),
+            (b"accept", f"{JSON}, {SSE}".encode()),
+        ]
         if self.session_id is not None:
-            headers[H_SESSION_ID] = self.session_id
-            headers["mcp-protocol-version"] = self.protocol_version
+            headers += [
+                (H_SESSION_ID.encode(), self.session_id.encode()),
+                (H_PROTOCOL_VERSION.encode(), self.protocol_version.encode()),
+            ]
         return headers
 
-    async def _post(self, body: dict[str, Any]) -> httpx.Response:
-        response = await self.client.post(
-            self.url, content=json.dumps(body).encode(), headers=self._headers(), timeout=CONTROL_TIMEOUT
-        )
+    async def _post(self, body: dict[str, Any]) -> _Reply:
+        """One request over the worker's kept-alive sockets; UpstreamError or TimeoutError."""
+        with anyio.fail_after(CONTROL_TIMEOUT):
+            response = await self.connection.send("POST", self._headers(), json.dumps(body).encode())
+            try:
+                content = await response.aread()
+            finally:
+                await response.aclose()
         if response.status_code >= 400:
-            raise ControlError(f"worker answered {response.status_code}: {response.text[:200]}")
-        return response
+            text = content[:200].decode("utf-8", "replace")
+            raise ControlError(f"worker answered {response.status_code}: {text}")
+        session_id = response.header(H_SESSION_ID.encode())
+        return _Reply(
+            response.status_code, response.content_type, session_id.decode() if session_id else None, content
+        )
 
     async def open(self, initialize_params: dict[str, Any] | None = None) -> str:
         """The handshake: initialize (the client's recorded params, or our own) + initialized."""
@@ -91,7 +114,7 @@ class ControlSession:
             response = await self._post({"jsonrpc": "2.0", "id": request_id, "method": "initialize", "params": params})
             result = _answer(response, request_id)
             self.initialize_result = result
-            session_id: str | None = response.headers.get(H_SESSION_ID)
+            session_id = response.session_id
             if not session_id:
                 raise ControlError("worker issued no session id")
             self.session_id = session_id
@@ -99,7 +122,7 @@ class ControlSession:
             if isinstance(version, str):
                 self.protocol_version = version
             await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        except httpx.HTTPError as exc:
+        except (UpstreamError, TimeoutError) as exc:
             raise ControlError(f"handshake failed: {type(exc).__name__}: {exc}") from exc
         return session_id
 
@@ -114,7 +137,7 @@ class ControlSession:
         }
         try:
             result = _answer(await self._post(body), request_id)
-        except httpx.HTTPError as exc:
+        except (UpstreamError, TimeoutError) as exc:
             raise ControlError(f"{tool} failed: {type(exc).__name__}: {exc}") from exc
         text = "".join(part.get("text", "") for part in result.get("content", []) if isinstance(part, dict))
         if result.get("isError") is True or text.startswith("### Error"):
@@ -126,7 +149,7 @@ class ControlSession:
         request_id = next(self._ids)
         try:
             return _answer(await self._post({"jsonrpc": "2.0", "id": request_id, "method": "tools/list"}), request_id)
-        except httpx.HTTPError as exc:
+        except (UpstreamError, TimeoutError) as exc:
             raise ControlError(f"tools/list failed: {exc}") from exc
 
     async def tool_names(self) -> set[str]:
@@ -138,8 +161,4 @@ class ControlSession:
         if self.session_id is None:
             return
         session_id, self.session_id = self.session_id, None
-        # The worker may be on its way out; nothing is left to clean either way.
-        with contextlib.suppress(httpx.HTTPError):
-            await self.client.delete(
-                self.url, headers={"host": self.host_header, H_SESSION_ID: session_id}, timeout=CONTROL_TIMEOUT
-            )
+        await self.connection.delete_session(session_id)  # the worker may be on its way out

@@ -118,7 +118,7 @@ async def fill_cache(cache: HandshakeCache, worker: Worker, versions: Iterable[s
     connection = WorkerConnection(worker)
     try:
         for version in sorted(set(versions) - cache.versions()):
-            probe = ControlSession(connection.client, worker.url, worker.host_header)
+            probe = ControlSession(connection)
             await probe.open({"protocolVersion": version, "capabilities": {}, "clientInfo": PROBE_CLIENT_INFO})
             cache.store(version, probe.initialize_result, await probe.list_tools())
             await probe.close()

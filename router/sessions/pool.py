@@ -253,7 +253,7 @@ class WarmPool:
                     return
                 entry.worker = await self.admission.spawn(entry.id, admitted=True)
                 entry.connection = WorkerConnection(entry.worker)
-                entry.control = ControlSession(entry.connection.client, entry.worker.url, entry.worker.host_header)
+                entry.control = ControlSession(entry.connection)
                 await entry.control.open()
                 entry.browser = WARM_TOOL in await entry.control.tool_names()  # a stand-in has none
                 if entry.browser:
@@ -296,7 +296,7 @@ class WarmPool:
         shape, connection = self._shape, entry.connection
         if shape is None or connection is None or entry.worker is None:
             return None
-        client = ControlSession(connection.client, entry.worker.url, entry.worker.host_header)
+        client = ControlSession(connection)
         try:
             await client.open(shape)
             capabilities = shape.get("capabilities")

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from bench_lib import handshakes, handshakes_report, profile, report
+from bench_lib import commit, handshakes, handshakes_report, profile, report
 from bench_lib import measure as m
 from bench_lib.client import McpSession
 from bench_lib.page import serve_page
@@ -65,7 +65,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--profile-path", default=REC, help="which router to profile (a variant's label)")
     p.add_argument(
         "--only",
-        default="latency,init,handshakes,memory,throughput",
+        default="latency,init,handshakes,commit,memory,throughput",
         help="phases to run (comma-separated; `--only handshakes` alone takes 1–2 min)",
     )
     p.add_argument(
@@ -253,6 +253,13 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
         )
         out += [*handshakes_report.tables(hs), ""]
         goals += handshakes_report.goals(hs)
+
+    if "commit" in a.only:
+        m.say("commit: the record's flush_rows() on a tool answer's path, in-process")
+        committed = await commit.measure()
+        out += [*commit.table(committed), ""]
+        goals += [report.Goal(f"record commit on the answer's path, p50 (`{c.tool}`)", c.p50_us / 1000, 0.2,
+                              unit=" ms") for c in committed]
 
     mem_rows: list[m.MemoryRow] = []
     if "memory" in a.only:

@@ -1,0 +1,76 @@
+"""What the record's promise costs a tool answer: ``flush_rows()`` after a call's request and
+answer are queued (the wait an answer has before it leaves), on a real SQLite file in WAL mode,
+with a realistic snapshot answer. In-process; the router's own Recorder."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from router.layout import StateLayout
+from router.record.recorder import Recorder
+
+SNAPSHOT = "\n".join(f'- button "b{i}" [ref=e{i}]' for i in range(400))
+ANSWERS = {
+    "browser_snapshot": {"content": [{"type": "text", "text": f"### Snapshot\n```yaml\n{SNAPSHOT}\n```\n"}]},
+    "browser_tabs": {"content": [{"type": "text", "text": "### Result\n- 0: (current) [t](http://127.0.0.1/)"}]},
+}
+PAUSE_S = 0.002  # between calls, as a client's turn-around
+
+
+@dataclass
+class CommitResult:
+    tool: str
+    calls: int
+    p50_us: float
+    p95_us: float
+    cpu_us_per_call: float  # the whole process: loop and writer thread
+
+
+async def _one(tool: str, calls: int, warmup: int) -> CommitResult:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        recorder = Recorder(root / "router.db", layout=StateLayout(root))
+        async with recorder.run():
+            out = root / "out"
+            out.mkdir()
+            recorder.session_opened("bench", client_info={"name": "bench"}, protocol_version=None, port=1, pid=1)
+            await recorder.flush()
+            waits: list[float] = []
+            result = json.dumps(ANSWERS[tool])
+            cpu0 = time.process_time()
+            for i in range(warmup + calls):
+                ref = f"ref-{i}"
+                recorder.request(ref, "bench", "tools/call", tool, {"name": tool, "arguments": {}}, size=60)
+                recorder.response(ref, status="success", result=result, duration_ms=1.0, output_dir=out)
+                t0 = time.perf_counter()
+                assert await recorder.flush_rows()
+                if i >= warmup:
+                    waits.append((time.perf_counter() - t0) * 1e6)
+                await asyncio.sleep(PAUSE_S)
+            await recorder.flush()
+            cpu = time.process_time() - cpu0
+    waits.sort()
+    return CommitResult(
+        tool, calls, statistics.median(waits), waits[int(len(waits) * 0.95)], cpu * 1e6 / (warmup + calls)
+    )
+
+
+async def measure(calls: int = 500, warmup: int = 50) -> list[CommitResult]:
+    return [await _one(tool, calls, warmup) for tool in ANSWERS]
+
+
+def table(results: list[CommitResult]) -> list[str]:
+    return [
+        f"### The record's commit on a tool answer's path ({results[0].calls} calls per answer kind, "
+        f"`Recorder.flush_rows()` after request + answer, {PAUSE_S * 1000:.0f} ms between calls)",
+        "",
+        "| answer | p50 µs | p95 µs | CPU µs per call (loop + writer thread) |",
+        "|---|---:|---:|---:|",
+        *(f"| `{r.tool}` | {r.p50_us:.0f} | {r.p95_us:.0f} | {r.cpu_us_per_call:.0f} |" for r in results),
+    ]
