@@ -27,6 +27,12 @@ _POLL = 0.02
 
 def group_members(pgid: int) -> list[int]:
     """Live pids in process group ``pgid`` (zombies excluded: they are already dead)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return []  # nobody, not even a zombie: spares reading every /proc/*/stat
+    except PermissionError:
+        pass  # someone is there (not ours to signal): look
     members = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():

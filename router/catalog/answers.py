@@ -18,10 +18,10 @@ from router.catalog.paging import CatalogError, invalid_params, page
 from router.catalog.prompts import PromptLibrary
 from router.catalog.resources import ResourceCatalog, uri
 from router.catalog.session_view import CONSOLE_TOOL, NETWORK_TOOL, SCREENSHOT_TOOL
-from router.record.snapshots import summarize
 
 if TYPE_CHECKING:
     from router.http.messages import ClientMessage
+    from router.record.snapshots import Extracted
     from router.sessions.table import Session
 
 CAPABILITIES: Final = {"resources": {"subscribe": True, "listChanged": True}, "prompts": {"listChanged": False}}
@@ -74,11 +74,8 @@ class Catalog:
         handler = self._handlers[message.method or ""]
         return await handler(session, message.params)
 
-    def after_tool_answer(self, session: Session, tool: str | None, result: Any) -> None:
-        """Queues what the client should hear after this tool answer."""
-        if not isinstance(result, dict):
-            return
-        facts = summarize(result)
+    def after_tool_answer(self, session: Session, tool: str | None, facts: Extracted) -> None:
+        """Queues what the client should hear after this tool answer (``facts``: its summary)."""
         outbox = session.outbox
         if facts.page_url is not None:
             for address in sorted(outbox.subscribed):

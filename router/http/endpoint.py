@@ -62,6 +62,11 @@ log = logging.getLogger("mcp_router.endpoint")
 ALLOWED_METHODS: Final = "GET, POST, DELETE"
 RESPONSE_MODES: Final = frozenset({"full", "compact"})
 WORKER_ERROR_EXCERPT: Final = 500
+# A worker sends an answer's head at once and its event when the tool is done. A quick tool's
+# answer is awaited whole (one write, no task group, no keep-alive timer, no disconnect watch);
+# a slower one is relayed as a stream after this long. Nothing can be lost by waiting: the body
+# is relayed the moment its first byte arrives, whole or not.
+WHOLE_ANSWER_WAIT: Final = 1.0
 # A worker's GET stream that ended while the worker lives on is reopened after this pause.
 STREAM_REOPEN_DELAY: Final = 1.0
 ROUTER_ANSWERED_NOTIFICATIONS: Final = frozenset({"notifications/initialized"})
@@ -282,6 +287,7 @@ class McpEndpoint:
     async def _stream_answer(
         self, session: Session, receive: Receive, send: Send, upstream: UpstreamResponse, exchange: Exchange
     ) -> None:
+        await upstream.settle(WHOLE_ANSWER_WAIT)
         await send_start(send, 200, _sse_headers(upstream, session))
         if upstream.complete:
             # The usual case: the worker wrote its answer and the stream's end at once, so there

@@ -16,6 +16,7 @@ from router.http.sse import encode_event, event_data, event_id
 from router.http.timing import RequestTiming
 from router.http.tool_policy import ToolPolicy
 from router.record import tools
+from router.record.snapshots import Extracted, summarize
 
 if TYPE_CHECKING:
     from router.catalog.answers import Catalog
@@ -39,7 +40,7 @@ class ExchangeHooks:
     cached_answer: Callable[[Session, ClientMessage], dict[str, Any] | None]
     renew_browser: Callable[[Session], Awaitable[str]]
     # Notes a tool answer's page URL and adds a pending resume notice; True when it changed it.
-    on_tool_answer: Callable[[Session, dict[str, Any]], bool]
+    on_tool_answer: Callable[[Session, dict[str, Any], Extracted], bool]
     # resources/* and prompts/*, answered from the record and the prompt files (router/catalog/).
     catalog: Catalog | None = None
 
@@ -153,10 +154,13 @@ class Exchange:
             and ("result" in parsed or "error" in parsed)
         ):
             return None
-        await self._complete(parsed)
-        return self._rewrite(parsed, payload)
+        # A tool answer's text is read once, here, for the record, the catalog and continuity.
+        result = parsed.get("result")
+        facts = summarize(result) if self.is_tool_call and isinstance(result, dict) else None
+        await self._complete(parsed, facts)
+        return self._rewrite(parsed, payload, facts)
 
-    def _rewrite(self, response: dict[str, Any], payload: bytes) -> bytes | None:
+    def _rewrite(self, response: dict[str, Any], payload: bytes, facts: Extracted | None = None) -> bytes | None:
         """What the client gets instead of the worker's bytes, or None for the bytes untouched."""
         if "result" not in response:
             return None
@@ -169,12 +173,12 @@ class Exchange:
             result = self.hooks.tool_policy.filter_list(response["result"])
             response["result"] = tools.with_router_tools(result)
             return json.dumps(response).encode()
-        if method != "tools/call":
+        if method != "tools/call" or facts is None:
             return None
         if catalog is not None:
-            catalog.after_tool_answer(self.session, self.message.tool_name, response["result"])
+            catalog.after_tool_answer(self.session, self.message.tool_name, facts)
         # Notes the page URL; the first answer after a resume gets a notice.
-        if self.hooks.on_tool_answer(self.session, response):
+        if self.hooks.on_tool_answer(self.session, response, facts):
             payload = json.dumps(response, separators=(",", ":")).encode()  # the form splice_ref_meta reads
         if self.session.response_mode == "compact":
             compacted = tools.compact(response["result"], ref_id=self.ref_id, tool=self.message.tool_name)
@@ -183,7 +187,7 @@ class Exchange:
                 return json.dumps(response).encode()
         return tools.with_ref_meta(response, payload, self.ref_id)
 
-    async def _complete(self, response: dict[str, Any]) -> None:
+    async def _complete(self, response: dict[str, Any], facts: Extracted | None = None) -> None:
         self.done = True
         result = response.get("result")
         error = response.get("error")
@@ -191,13 +195,21 @@ class Exchange:
         recorder = self.hooks.recorder
         if recorder is not None:
             connection = self.session.connection
+            if facts is not None and not facts.needs_files:
+                # All there is to keep is in the text, already read: no file to look at later.
+                snapshot, console, output_dir = facts.page_snapshot, facts.console_lines, None
+            else:
+                snapshot, console = None, None
+                output_dir = connection.worker.output_dir if connection is not None else None
             recorder.response(
                 self.ref_id,
                 status="error" if is_error else "success",
                 result=json.dumps(result if error is None else error),
+                page_snapshot=snapshot,
+                console_logs=console,
                 error=json.dumps(error) if error is not None else None,
                 duration_ms=self._elapsed_ms(),
-                output_dir=connection.worker.output_dir if connection is not None else None,
+                output_dir=output_dir,
             )
             # A tool call's row whose answer reached the client must survive a SIGKILL of the
             # router. If it could not be written the client still gets its answer (counted).

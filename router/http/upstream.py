@@ -105,6 +105,21 @@ class UpstreamResponse:
             finally:
                 self._waiter = None
 
+    async def settle(self, limit: float) -> None:
+        """Wait until some of the body, its end or an error has arrived, at most ``limit`` s.
+        A worker writes a tool's answer head first and the event when the tool is done: waiting
+        here lets a quick answer be relayed whole instead of as a stream."""
+        if self._chunks or self._complete or self._error is not None:
+            return
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(limit, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+
     async def aread(self) -> bytes:
         return b"".join([chunk async for chunk in self.aiter_raw()])
 
@@ -142,8 +157,13 @@ class UpstreamResponse:
             self._connection.resume()
 
     def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
+        if self._waiter is not None:
+            _resolve(self._waiter)
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class _Connection(asyncio.Protocol):

@@ -316,6 +316,11 @@ class Recorder:
             self._writer_died(exc)
             return lost
         self._batch_written(batch, lost)
+        if not self._queue and self._wake_timer is not None:
+            # What the timer was to batch is written: left alone, it would wake the thread for
+            # the next call's request alone, a second commit and a hop for that call.
+            self._wake_timer.cancel()
+            self._wake_timer = None
         return lost
 
     def _batch_written(self, batch: list[Item], lost: Sequence[int]) -> None:

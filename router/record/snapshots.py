@@ -31,7 +31,12 @@ _CONSOLE_LINK = re.compile(r"^- New console entries: (?P<path>.+?)#L(?P<a>\d+)(?
 _COUNTS = re.compile(r"^- Console: (?P<e>\d+) errors?, (?P<w>\d+) warnings?", re.M)
 _URL = re.compile(r"^- Page URL: (?P<v>\S+)", re.M)
 _TITLE = re.compile(r"^- Page Title: (?P<v>.*)$", re.M)
-_YAML_BLOCK = re.compile(r"```yaml\n(?P<y>.*?)\n```", re.S)
+_YAML_OPEN: Final = "```yaml\n"
+_FENCE_CLOSE: Final = "\n```"
+# What an answer holds when it points at a file in the worker's output dir: a linked snapshot
+# ("- [Snapshot](path)"), new console entries, or any other "- [Title](path)" link. A superset
+# is fine: it only sends the answer to the writer thread to look.
+_LINK_MARKERS: Final = ("- [", "- New console entries:")
 # "[ERROR] text @ url:line" as printed by Playwright's ConsoleMessage.toString().
 _LEVEL_PREFIX = re.compile(r"^\[(?P<t>[A-Za-z]+)\] ?")
 # Lines of console-*.log start with the time since the log began: "[      34ms] ".
@@ -69,6 +74,12 @@ class Extracted:
     is_error: bool = False
     snapshot_link: str | None = None  # the raw link text, when the snapshot lives in a file
     sections: dict[str, str] = field(default_factory=dict)
+    links_files: bool = False  # it may point at files in the worker's output dir (see extract)
+
+    @property
+    def needs_files(self) -> bool:
+        """Whether recording it means reading or keeping files (linked ones, inline images)."""
+        return self.links_files or self.has_image
 
 
 def tool_result(raw: Any) -> Mapping[str, Any] | None:
@@ -134,8 +145,9 @@ def summarize(result: Mapping[str, Any]) -> Extracted:
     sections = split_sections(text)
     page = sections.get("Page", "")
     snap = sections.get("Snapshot", "")
-    inline = _YAML_BLOCK.search(snap)
-    link = _SNAPSHOT_LINK.search(snap)
+    # str.find, not a lazy DOTALL regex: this runs on every tool answer, snapshots are long.
+    inline = _inline_yaml(snap)
+    link = _SNAPSHOT_LINK.search(snap) if inline is None and "[Snapshot](" in snap else None
     counts = _COUNTS.search(page)
     title = _TITLE.search(page)
     content = result.get("content")
@@ -143,7 +155,7 @@ def summarize(result: Mapping[str, Any]) -> Extracted:
         isinstance(p, dict) and p.get("type") == "image" for p in content
     )
     return Extracted(
-        page_snapshot=inline.group("y") if inline else None,
+        page_snapshot=inline,
         console_lines=_inline_console_lines(sections.get("Result", "")),
         page_url=page_url(page),
         page_title=title.group("v").strip() if title else None,
@@ -151,9 +163,19 @@ def summarize(result: Mapping[str, Any]) -> Extracted:
         console_warnings=int(counts.group("w")) if counts else None,
         has_image=has_image,
         is_error=bool(result.get("isError")) or "Error" in sections,
-        snapshot_link=link.group("path").strip() if link and not inline else None,
+        snapshot_link=link.group("path").strip() if link else None,
         sections=sections,
+        links_files=any(marker in text for marker in _LINK_MARKERS),
     )
+
+
+def _inline_yaml(section: str) -> str | None:
+    start = section.find(_YAML_OPEN)
+    if start < 0:
+        return None
+    start += len(_YAML_OPEN)
+    end = section.find(_FENCE_CLOSE, start)
+    return section[start:end] if end >= 0 else None
 
 
 def extract(result: Mapping[str, Any], output_dir: Path, *, cwd: Path | None = None) -> Extracted:
@@ -179,7 +201,7 @@ def extract(result: Mapping[str, Any], output_dir: Path, *, cwd: Path | None = N
         page_snapshot=snapshot, console_lines=console, page_url=base.page_url,
         page_title=base.page_title, console_errors=base.console_errors,
         console_warnings=base.console_warnings, has_image=base.has_image, is_error=base.is_error,
-        snapshot_link=base.snapshot_link, sections=base.sections,
+        snapshot_link=base.snapshot_link, sections=base.sections, links_files=base.links_files,
     )
 
 

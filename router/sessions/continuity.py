@@ -25,7 +25,7 @@ import anyio
 from router.http.errors import WorkerUnreachable
 from router.http.proxy import WorkerConnection
 from router.layout import StateLayout
-from router.record.snapshots import page_url, parse_tabs, ref_frame
+from router.record.snapshots import Extracted, parse_tabs, ref_frame
 from router.sessions import statefiles
 from router.sessions.admission import Admission
 from router.sessions.control import ControlError, ControlSession
@@ -290,21 +290,19 @@ class Continuity:
         log.info("new browser session=%s browser_session=%s", session.id, browser_session)
         return browser_session
 
-    def on_tool_answer(self, session: Session, response: dict[str, Any]) -> bool:
-        """Called with each tools/call answer: notes the page URL, and adds the resume notice to
-        the first answer after a resume. True when ``response`` was changed."""
+    def on_tool_answer(self, session: Session, response: dict[str, Any], facts: Extracted) -> bool:
+        """Called with each tools/call answer and its summary: notes the page URL and the refs'
+        frame, and adds the resume notice to the first answer after a resume. True when
+        ``response`` was changed."""
         result = response.get("result")
         content = result.get("content") if isinstance(result, dict) else None
         if not isinstance(content, list):
             return False
-        for part in content:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                url = page_url(part["text"])
-                if url is not None:
-                    session.current_url = url
-                frame = ref_frame(part["text"])
-                if frame is not None:
-                    session.ref_frame = frame
+        if facts.page_url is not None:
+            session.current_url = facts.page_url
+        frame = ref_frame(facts.sections.get("Snapshot", ""))
+        if frame is not None:
+            session.ref_frame = frame
         notice, session.resumed_notice = session.resumed_notice, None
         if notice is None:
             return False

@@ -60,6 +60,7 @@ class HandshakeCache:
         self.path = state_dir / CACHE_DIR / f"handshake-{fingerprint[:32]}.json"
         self._entries: dict[str, dict[str, Any]] = {}
         self._loaded = False
+        self._read_only: frozenset[str] | None = None
 
     def _load(self) -> None:
         if self._loaded:
@@ -81,6 +82,19 @@ class HandshakeCache:
         entry = self._entries.get(version)
         return None if entry is None else copy.deepcopy(entry)
 
+    def read_only(self, tool: str) -> bool:
+        """Whether the worker's cached tool list marks ``tool`` read-only (``readOnlyHint``); False
+        for a tool it does not list, or with nothing cached."""
+        self._load()
+        if self._read_only is None:
+            self._read_only = frozenset(
+                t["name"]
+                for entry in self._entries.values()
+                for t in entry["tools"].get("tools", [])
+                if _marked_read_only(t)
+            )
+        return tool in self._read_only
+
     def versions(self) -> set[str]:
         self._load()
         return set(self._entries)
@@ -91,6 +105,7 @@ class HandshakeCache:
         if self._entries.get(version) == entry:
             return
         self._entries[version] = entry
+        self._read_only = None
         data = {"fingerprint": self.fingerprint, "versions": self._entries}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,6 +116,11 @@ class HandshakeCache:
             log.warning("handshake cache not written (%s): %s", self.path, exc)
             with contextlib.suppress(OSError):
                 self.path.with_suffix(".tmp").unlink()
+
+
+def _marked_read_only(tool: Any) -> bool:
+    annotations = tool.get("annotations") if isinstance(tool, dict) else None
+    return isinstance(annotations, dict) and annotations.get("readOnlyHint") is True and "name" in tool
 
 
 def _complete(entry: Any) -> bool:

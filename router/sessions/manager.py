@@ -47,6 +47,7 @@ from workers.supervisor import Supervisor
 if TYPE_CHECKING:
     from router.operator.metrics import Metrics
     from router.record.recorder import Recorder
+    from router.record.snapshots import Extracted
 
 log = logging.getLogger("mcp_router.sessions")
 
@@ -402,9 +403,11 @@ class SessionManager:
                 with anyio.move_on_after(RELAY_WAIT):
                     await session.relay_ready.wait()
             yield started
-        if (message.tool_name or "").startswith("browser_") and session.connection is not None:
+        tool = message.tool_name or ""
+        if tool.startswith("browser_") and session.connection is not None:
             session.browser_used = True
-            self.upkeep.schedule_save(session)
+            if not self.handshakes.read_only(tool):  # a snapshot changes no cookie and no tab
+                self.upkeep.schedule_save(session)
 
     async def ensure_worker(self, session: Session) -> bool:
         """True when a worker was started (spawned or resumed) for the session just now."""
@@ -456,9 +459,9 @@ class SessionManager:
                 await session.relay_ready.wait()
         return True
 
-    def on_tool_answer(self, session: Session, response: dict[str, Any]) -> bool:
+    def on_tool_answer(self, session: Session, response: dict[str, Any], facts: Extracted) -> bool:
         """See Continuity.on_tool_answer."""
-        return self.continuity.on_tool_answer(session, response)
+        return self.continuity.on_tool_answer(session, response, facts)
 
     # -- helpers ---------------------------------------------------------------------------------
 

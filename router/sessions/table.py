@@ -107,6 +107,7 @@ class Session:
     # Continuity: what a new worker needs to take the session up (router/sessions/continuity.py).
     initialize_params: dict[str, Any] = field(default_factory=dict)
     browser_used: bool = False  # a tool was called: there may be browser state worth saving
+    state_saved_at: float = 0.0  # monotonic: the last debounced save of its browser state
     current_url: str | None = None  # last "- Page URL:" of the client's answers
     # The frame prefix of the refs the model last saw ("f2e3" -> 2): the current tab's document
     # count, which a restore reproduces so that those refs resolve again.

@@ -33,6 +33,9 @@ log = logging.getLogger("mcp_router.upkeep")
 
 REAP_TICK_MAX: Final = 1.0
 SAVE_DEBOUNCE: Final = 0.5  # a burst of calls is saved once, after it, never on the answer path
+# Between two debounced saves of one session: a save costs the worker two tool calls, and a
+# crash should lose seconds of cookies and tabs at most (going dormant always saves).
+SAVE_MIN_INTERVAL: Final = 5.0
 RETENTION_SWEEP: Final = 60.0
 LOOP_ERROR_BACKOFF: Final = 1.0
 
@@ -109,7 +112,8 @@ class Upkeep:
         if self._tg is None:
             return
         pending = session.id in self._save_due
-        self._save_due[session.id] = time.monotonic() + SAVE_DEBOUNCE
+        now = time.monotonic()
+        self._save_due[session.id] = max(now + SAVE_DEBOUNCE, session.state_saved_at + SAVE_MIN_INTERVAL)
         if not pending:
             self.start_soon(lambda: self._debounced_save(session))
 
@@ -125,6 +129,7 @@ class Upkeep:
             async with session.lock:
                 connection = session.connection
                 if connection is not None:
+                    session.state_saved_at = time.monotonic()
                     await self.continuity.save(session, connection, session.control)
         finally:
             self._save_due.pop(session.id, None)

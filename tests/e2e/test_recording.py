@@ -47,6 +47,20 @@ def test_every_table_is_filled_by_a_real_flow(pw_router: RouterThread, pages: st
         c.delete()
 
 
+def test_an_inline_snapshot_is_on_its_row_when_the_answer_arrives(pw_router: RouterThread, pages: str) -> None:
+    # The snapshot is in the answer's text (no file to read): it is written with the row, in the
+    # commit the answer waited for, not read onto it afterwards.
+    with RawClient(pw_router.url) as c:
+        c.initialize()
+        c.call("browser_navigate", url=f"{pages}/")
+        snap = c.call("browser_snapshot")
+        with db(pw_router) as conn:
+            row = conn.execute("SELECT page_snapshot FROM responses WHERE ref_id = ?", (ref_of(snap),)).fetchone()
+        assert "```yaml" in text_of(snap)
+        assert row is not None and "Click me" in row["page_snapshot"]
+        c.delete()
+
+
 def test_get_content_whole_then_diff_then_empty(pw_router: RouterThread, pages: str) -> None:
     with RawClient(pw_router.url) as c:
         c.initialize()

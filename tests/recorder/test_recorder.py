@@ -14,6 +14,7 @@ import pytest
 
 from router.layout import StateLayout
 from router.record import files
+from router.record import recorder as recorder_module
 from router.record.recorder import BATCH_MAX, Recorder
 from tests.recorder.conftest import Answers
 
@@ -299,3 +300,20 @@ async def test_resume_reasons_are_session_events(recorder: Recorder, db_path: Pa
     assert (await recorder.records.list_sessions())[0]["last_resume"] == "router-restart"
     lines = [json.loads(line) async for line in recorder.records.export_session("s")]
     assert [e["detail"] for e in lines[0]["events"]] == ["idle", "crash", "router-restart"]
+
+
+async def test_back_to_back_calls_commit_once_each(
+    recorder: Recorder, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A lone request waits WRITE_DELAY_S for its answer so both go in one commit. Once that
+    # commit is made, the wait is over: the next call's request must not be written alone
+    # (a second commit and a thread hop for that call) by the previous request's timer.
+    monkeypatch.setattr(recorder_module, "WRITE_DELAY_S", 0.05)
+    before = recorder.batches
+    for i in range(20):
+        recorder.request(f"r{i}", "s", "tools/call", "browser_tabs", {})
+        await asyncio.sleep(0.01)  # the worker's time to answer, well inside the delay
+        recorder.response(f"r{i}", status="success", result="{}", duration_ms=10.0)
+        assert await recorder.flush_rows()
+    assert recorder.batches - before == 20
+    assert _count(db_path, "responses") == 20

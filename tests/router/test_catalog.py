@@ -123,17 +123,17 @@ def test_tool_answers_queue_updates_for_subscriptions_and_list_changes() -> None
     session = Session(id="s" * 20)
     session.outbox.subscribe(uri("page", session.id, 0))
     session.outbox.subscribe(uri("page", "other" * 4, 0))  # never matches this session's answers
-    catalog.after_tool_answer(session, "browser_navigate", answer(PAGE))
+    catalog.after_tool_answer(session, "browser_navigate", summarize(answer(PAGE)))
     assert session.outbox.take() == [
         {"jsonrpc": "2.0", "method": UPDATED, "params": {"uri": uri("page", session.id, 0)}},
         {"jsonrpc": "2.0", "method": LIST_CHANGED},  # the first page: a tab appeared
     ]
-    catalog.after_tool_answer(session, "browser_click", answer(PAGE))
+    catalog.after_tool_answer(session, "browser_click", summarize(answer(PAGE)))
     assert [m["method"] for m in session.outbox.take()] == [UPDATED]
-    catalog.after_tool_answer(session, "browser_tabs", answer(TWO_TABS))
+    catalog.after_tool_answer(session, "browser_tabs", summarize(answer(TWO_TABS)))
     assert [m["method"] for m in session.outbox.take()] == [UPDATED, LIST_CHANGED]
     screenshot = {"content": [{"type": "text", "text": "### Result\nTook it"}, {"type": "image", "data": ""}]}
-    catalog.after_tool_answer(session, "browser_take_screenshot", screenshot)
+    catalog.after_tool_answer(session, "browser_take_screenshot", summarize(screenshot))
     assert [m["method"] for m in session.outbox.take()] == [LIST_CHANGED]
 
 

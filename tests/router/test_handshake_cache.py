@@ -87,6 +87,23 @@ def test_get_hands_out_a_copy(tmp_path: Path) -> None:
     assert cache.get(VERSION) == {"initialize": INITIALIZE, "tools": TOOLS}
 
 
+def test_read_only_tools_are_the_ones_the_worker_marks(tmp_path: Path) -> None:
+    """What decides whether a call is followed by a save of the browser state."""
+    cache = HandshakeCache(tmp_path, "a" * 64)
+    assert not cache.read_only("browser_snapshot")  # nothing cached: every tool may change state
+    tools = [
+        {"name": "browser_snapshot", "annotations": {"readOnlyHint": True}},
+        {"name": "browser_navigate", "annotations": {"readOnlyHint": False}},
+        {"name": "browser_tabs"},
+        {"name": "odd", "annotations": ["readOnlyHint"]},
+    ]
+    cache.store(VERSION, dict(INITIALIZE), {"tools": tools})
+    assert cache.read_only("browser_snapshot")
+    assert not any(cache.read_only(t) for t in ("browser_navigate", "browser_tabs", "odd", "unknown"))
+    cache.store(VERSION, dict(INITIALIZE), {"tools": [{"name": "browser_snapshot"}]})  # a new worker build
+    assert not cache.read_only("browser_snapshot")
+
+
 def test_an_entry_is_not_served_under_another_fingerprint(tmp_path: Path) -> None:
     HandshakeCache(tmp_path, "a" * 64).store(VERSION, dict(INITIALIZE), dict(TOOLS))
     assert HandshakeCache(tmp_path, "b" * 64).get(VERSION) is None

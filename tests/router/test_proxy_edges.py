@@ -4,15 +4,18 @@ the router's own HTTP client to its workers meets odd framing, hang-ups and bad 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from router.http import endpoint
 from router.http.upstream import UpstreamPool
 from tests.support import RawClient, RouterThread, free_port, messages_of, router_settings
-from tests.support.scripted_worker import CLOSE, ScriptedWorker, ThenClose, http_answer
+from tests.support.scripted_worker import CLOSE, InParts, ScriptedWorker, ThenClose, http_answer
+from tests.support.sse import iter_sse
 
 TOOLS = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"tools": []}}).encode()
 JSON_HEADERS = {"content-type": "application/json"}
@@ -96,6 +99,45 @@ def test_chunked_sse_answer_is_relayed_with_its_ref(edge: Edge) -> None:
     (message,) = messages_of(r)
     assert message["result"]["content"][0]["text"] == "hi"
     assert message["result"]["_meta"]["mcp-router/refId"]
+
+
+def sse_head_then_event(id: int, text: str, gap: float, *, note: bytes = b"") -> InParts:
+    """A worker's answer as it writes one: the head while the tool runs, the event when done."""
+    answer = {"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": text}]}}
+    event = b"event: message\ndata: " + json.dumps(answer).encode() + b"\n\n"
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    chunk = f"{len(event):x}\r\n".encode() + event + b"\r\n0\r\n\r\n"
+    if note:
+        return InParts(head, f"{len(note):x}\r\n".encode() + note + b"\r\n", chunk, gap=gap)
+    return InParts(head, chunk, gap=gap)
+
+
+def test_answer_whose_event_follows_its_head_is_relayed_whole(edge: Edge) -> None:
+    edge.worker.answers.append(sse_head_then_event(52, "later", 0.1))
+    r = edge.client.post({"jsonrpc": "2.0", "id": 52, "method": "tools/call", "params": {"name": "browser_tabs"}})
+    assert r.status_code == 200
+    (message,) = messages_of(r)
+    assert message["result"]["content"][0]["text"] == "later"
+
+
+def test_slow_answer_is_streamed_and_what_comes_first_is_not_held(
+    edge: Edge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Past the wait for a whole answer, the stream starts; an event before the answer (here a
+    # notification) reaches the client at once, not with the answer.
+    monkeypatch.setattr(endpoint, "WHOLE_ANSWER_WAIT", 0.05)
+    note = b'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/message","params":{}}\n\n'
+    edge.worker.answers.append(sse_head_then_event(53, "slow", 0.3, note=note))
+    body = json.dumps({"jsonrpc": "2.0", "id": 53, "method": "tools/call", "params": {"name": "browser_tabs"}})
+    with edge.client.http.stream("POST", edge.client.url, content=body, headers=edge.client.headers()) as r:
+        events = iter_sse(r)
+        first = next(events)
+        noted = time.monotonic()
+        answer = next(events)
+        answered = time.monotonic()
+    assert first["method"] == "notifications/message"
+    assert answer["result"]["content"][0]["text"] == "slow"
+    assert answered - noted > 0.1  # the worker wrote them 0.3 s apart: the first was not held
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from pathlib import Path
 from tests.support.client import RawClient
 from tests.support.wait import wait_for
 
-SAVE_WAIT = 10.0
+SAVE_WAIT = 20.0  # a session saves at most every upkeep.SAVE_MIN_INTERVAL
 
 
 def saved_state(state_dir: Path, session_id: str, needle: str) -> bool:

@@ -2,8 +2,9 @@
 
 ``ScriptedWorker`` listens on loopback in a thread; each request it reads (head and a
 ``Content-Length`` body) gets the next answer from ``answers`` (raw bytes, sent as they are, or
-``CLOSE`` to hang up without a word), else ``default``; a ``ThenClose`` answer hangs up after it.
-Requests are kept for assertions.
+``CLOSE`` to hang up without a word), else ``default``; a ``ThenClose`` answer hangs up after it;
+an ``InParts`` answer is written piece by piece, ``gap`` seconds apart (a head before its body, as
+a worker writes while its tool runs). Requests are kept for assertions.
 """
 
 from __future__ import annotations
@@ -20,6 +21,18 @@ READ_TIMEOUT: Final = 10.0
 
 class ThenClose(bytes):
     """An answer after which the worker hangs up (a body cut short, say)."""
+
+
+class InParts(bytes):
+    """An answer written in ``parts``, ``gap`` seconds apart."""
+
+    parts: tuple[bytes, ...]
+    gap: float
+
+    def __new__(cls, *parts: bytes, gap: float) -> InParts:
+        answer = super().__new__(cls, b"".join(parts))
+        answer.parts, answer.gap = parts, gap
+        return answer
 
 
 def http_answer(status: int, body: bytes, headers: dict[str, str] | None = None, *, chunked: bool = False) -> bytes:
@@ -88,7 +101,13 @@ class ScriptedWorker:
                     answer = self.answers.popleft() if self.answers else self.default
                     if answer == CLOSE:
                         return
-                    conn.sendall(answer)
+                    if isinstance(answer, InParts):
+                        for i, part in enumerate(answer.parts):
+                            if i:
+                                self._stop.wait(answer.gap)  # the pace of the worker, not a sync
+                            conn.sendall(part)
+                    else:
+                        conn.sendall(answer)
                     if isinstance(answer, ThenClose):
                         return
                 except OSError:
