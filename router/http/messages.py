@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -22,28 +22,22 @@ class ClientMessage:
     kind: Kind
     body: JsonObject
     raw: bytes
+    # Read from ``body`` once: the proxy path asks for them a few dozen times per request.
+    id: JsonRpcId = field(init=False)
+    method: str | None = field(init=False)
+    params: JsonObject = field(init=False)
+    tool_name: str | None = field(init=False)
 
-    @property
-    def id(self) -> JsonRpcId:
-        value = self.body.get("id")
-        return value if isinstance(value, str | int) and not isinstance(value, bool) else None
-
-    @property
-    def method(self) -> str | None:
-        method = self.body.get("method")
-        return method if isinstance(method, str) else None
-
-    @property
-    def params(self) -> JsonObject:
-        params = self.body.get("params")
-        return params if isinstance(params, dict) else {}
-
-    @property
-    def tool_name(self) -> str | None:
-        if self.method != "tools/call":
-            return None
-        name = self.params.get("name")
-        return name if isinstance(name, str) else None
+    def __post_init__(self) -> None:
+        body = self.body
+        value, method, params = body.get("id"), body.get("method"), body.get("params")
+        method = method if isinstance(method, str) else None
+        params = params if isinstance(params, dict) else {}
+        name = params.get("name") if method == "tools/call" else None
+        object.__setattr__(self, "id", value if isinstance(value, str | int) and not isinstance(value, bool) else None)
+        object.__setattr__(self, "method", method)
+        object.__setattr__(self, "params", params)
+        object.__setattr__(self, "tool_name", name if isinstance(name, str) else None)
 
 
 def parse(raw: bytes) -> ClientMessage:
