@@ -119,23 +119,32 @@ def file_links(result: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def split_sections(text: str) -> dict[str, str]:
-    """``### Name`` -> body. Headings inside ``` fences (e.g. evaluated text) are not sections."""
-    sections: dict[str, str] = {}
-    name: str | None = None
-    body: list[str] = []
+    """``### Name`` -> body. Headings inside ``` fences (e.g. evaluated text) are not sections.
+
+    Runs on every tool answer: it visits only the lines that start with a backtick or a hash
+    (``str.find`` between them), not every line of a long snapshot."""
+    heads: list[tuple[int, int]] = []  # (start of the heading line, its end)
     in_fence = False
-    for line in text.split("\n"):
-        if line.startswith("```"):
+    pos = 0
+    size = len(text)
+    while pos < size:
+        if text.startswith("```", pos):
             in_fence = not in_fence
-        if not in_fence and line.startswith("### "):
-            if name is not None:
-                sections[name] = "\n".join(body)
-            name, body = line[4:].strip(), []
-        elif name is not None:
-            body.append(line)
-    if name is not None:
-        sections[name] = "\n".join(body)
+        elif not in_fence and text.startswith("### ", pos):
+            end = text.find("\n", pos)
+            heads.append((pos, size if end < 0 else end))
+        pos = _next_marked_line(text, pos)
+    sections: dict[str, str] = {}
+    for k, (start, end) in enumerate(heads):
+        stop = heads[k + 1][0] - 1 if k + 1 < len(heads) else size
+        sections[text[start + 4 : end].strip()] = text[end + 1 : stop] if end < stop else ""
     return sections
+
+
+def _next_marked_line(text: str, pos: int) -> int:
+    """The start of the next line after ``pos`` that begins with a backtick or a hash."""
+    found = [i for i in (text.find("\n`", pos), text.find("\n#", pos)) if i >= 0]
+    return min(found) + 1 if found else len(text)
 
 
 def summarize(result: Mapping[str, Any]) -> Extracted:
