@@ -23,7 +23,7 @@ import aiosqlite
 
 from router.record import schema
 from router.record.files import KeptFile
-from router.record.snapshots import format_console, level_rank, line_diff, search_diff, search_tree
+from router.record.text_views import format_console, level_rank, line_diff, search_diff, search_tree
 
 
 class RecordError(Exception):

@@ -6,16 +6,8 @@ from typing import Any
 
 import pytest
 
-from router.record.snapshots import (
-    compact_summary,
-    extract,
-    format_console,
-    line_diff,
-    normalize_console,
-    search_diff,
-    search_tree,
-    summarize,
-)
+from router.record.snapshots import compact_summary, extract, normalize_console, summarize
+from router.record.text_views import format_console, line_diff, search_diff, search_tree
 from tests.recorder.conftest import Answers, load_answers
 
 
