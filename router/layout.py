@@ -7,8 +7,10 @@
     <state>/files/<ref_id>/<name>     files a recorded call linked (screenshots, pdfs), kept with
                                       its row so that they outlive the worker's output dir
     <state>/prompts/*.toml            the operator's own MCP prompts (router/catalog/prompts.py)
+    <state>/cache/handshake-*.json    the worker's cached handshake (router/sessions/handshake.py)
+    <state>/cache/node-compile/       V8's compile cache, shared by every worker (workers/node.py)
 
-``workers/`` computes the session, output, profile and pid paths itself (it must not import the
+``workers/`` computes the session, output, profile, pid and compile cache paths itself (it must not import the
 router); tests/router/test_layout.py checks that both agree.
 """
 
@@ -25,6 +27,8 @@ SESSIONS: Final = "sessions"
 WORKERS: Final = "workers"
 FILES: Final = "files"
 PROMPTS: Final = "prompts"
+CACHE: Final = "cache"
+NODE_COMPILE_CACHE: Final = "node-compile"
 OUTPUT: Final = "out"
 PROFILE: Final = "profile"
 SESSION_FILE: Final = "session.json"
@@ -70,6 +74,11 @@ class StateLayout:
     def prompts_dir(self) -> Path:
         """The operator's own prompt files (router/catalog/prompts.py), beside the built-in ones."""
         return self.root / PROMPTS
+
+    @property
+    def node_compile_cache(self) -> Path:
+        """NODE_COMPILE_CACHE of every worker: V8's code for the worker's modules, kept across starts."""
+        return self.root / CACHE / NODE_COMPILE_CACHE
 
     def session_dir(self, session_id: str) -> Path:
         return self.sessions_root / _checked(session_id)

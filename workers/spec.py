@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from .node import node_executable
+
 __all__ = [
     "ALLOWED_HOSTS_ENV",
     "ALLOWED_ORIGINS_ENV",
@@ -69,6 +71,7 @@ def playwright_argv(
     viewport: str | None = None,
     extra_args: Sequence[str] = (),
     sandbox: bool = False,
+    node: str | None = None,
 ) -> tuple[str, ...]:
     """The default template for @playwright/mcp 0.0.83.
 
@@ -76,9 +79,9 @@ def playwright_argv(
     it cannot run as root (``sandbox_possible()``). ``--shared-browser-context`` with a
     ``--user-data-dir`` (and no ``--isolated``) lets a second, router-owned MCP session share the
     client's browser context (warm-up, state saving). ``extra_args`` come last, so
-    ``--no-sandbox`` there wins.
+    ``--no-sandbox`` there wins. ``node``: the pinned Node 22 when installed (workers/node.py).
     """
-    argv: list[str] = ["node", "{cli}", "--port", "{port}", "--host", "127.0.0.1"]
+    argv: list[str] = [node or node_executable(), "{cli}", "--port", "{port}", "--host", "127.0.0.1"]
     if headless:
         argv.append("--headless")
     argv += [

@@ -14,7 +14,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from . import orphans
+from . import node, orphans
 from ._exceptions import ReadyTimeout, SpawnError, SupervisorNotRunning
 from .ports import LOOPBACK, PortAllocator, accepts
 from .process import ChildProcess, group_listens_on
@@ -117,6 +117,7 @@ class Supervisor:
         if ended:
             log.warning("ended %d orphan worker process(es) of %s", len(ended), self.state_dir)
         await anyio.to_thread.run_sync(self._scratch.open)
+        await anyio.to_thread.run_sync(node.make_compile_cache_dir, self.state_dir)
         try:
             async with self._run_workers():
                 yield self
@@ -209,11 +210,13 @@ class Supervisor:
 
     def worker_env(self, session_id: str, *, host_name: str | None, cache_dir: Path, temp_dir: Path) -> dict[str, str]:
         """The environment of the session's next worker: ours, the spec's, then what is the
-        worker's own (its secret host name, its cache and temp dirs) and the orphan marker."""
+        worker's own (its secret host name, its cache and temp dirs) and the orphan marker. The
+        node compile cache, shared by all workers, goes under ours: an operator's setting wins."""
+        defaults = {node.COMPILE_CACHE_ENV: str(node.compile_cache_dir(self.state_dir))}
         own = {"XDG_CACHE_HOME": str(cache_dir), "TMPDIR": str(temp_dir)}
         if host_name is not None and self.spec.allowed_hosts_env:
             own[self.spec.allowed_hosts_env] = host_name
-        return {**os.environ, **self.spec.env, **own, **orphans.marker_env(self.state_dir, session_id)}
+        return {**defaults, **os.environ, **self.spec.env, **own, **orphans.marker_env(self.state_dir, session_id)}
 
     async def _start(self, session_id: str, port: int) -> Worker:
         output_dir, profile_dir = self.output_dir(session_id), self.profile_dir(session_id)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from bench_lib import commit, handshakes, handshakes_report, profile, report
+from bench_lib import commit, handshakes, handshakes_report, node_start, profile, report
 from bench_lib import measure as m
 from bench_lib.client import McpSession
 from bench_lib.page import serve_page
@@ -65,7 +65,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--profile-path", default=REC, help="which router to profile (a variant's label)")
     p.add_argument(
         "--only",
-        default="latency,init,handshakes,commit,memory,throughput",
+        default="latency,init,handshakes,node,commit,memory,throughput",
         help="phases to run (comma-separated; `--only handshakes` alone takes 1–2 min)",
     )
     p.add_argument(
@@ -247,12 +247,17 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
             env.registry.stop(t.child)
 
     if "handshakes" in a.only:
-        resume = handshakes.ResumeOptions(a.resume_at_once, a.node_reps, a.v8_compile_cache, a.newer_node)
+        resume = handshakes.ResumeOptions(a.resume_at_once)
         hs = await handshakes.measure(
             env, page, reps=a.reps, at_once=a.handshakes_at_once, rounds=a.handshake_rounds, resume=resume
         )
         out += [*handshakes_report.tables(hs), ""]
         goals += handshakes_report.goals(hs)
+
+    if "node" in a.only and a.node_reps:
+        m.say(f"node: the worker's node start-up, {a.node_reps} rounds")
+        starts = node_start.node_starts(env, a.node_reps, v8_compile_cache=a.v8_compile_cache, newer_node=a.newer_node)
+        out += [*node_start.table(starts), ""]
 
     if "commit" in a.only:
         m.say("commit: the record's flush_rows() on a tool answer's path, in-process")

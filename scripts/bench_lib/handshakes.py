@@ -23,9 +23,7 @@ from bench_lib.client import CallError
 from bench_lib.handshakes_resume import (
     AtOnceRow,
     FirstCallRow,
-    NodeStartRow,
     first_calls,
-    node_starts,
     resumes_at_once,
 )
 from bench_lib.measure import BUTTON, med_ms, say
@@ -97,7 +95,6 @@ class HandshakeResults:
     direct_click: ReapRow
     first_calls: list[FirstCallRow] = field(default_factory=list)
     at_once: AtOnceRow | None = None
-    node: list[NodeStartRow] = field(default_factory=list)
 
 
 # -- helpers ------------------------------------------------------------------------------------------
@@ -317,12 +314,10 @@ async def direct_clicks(direct: Target, page: str, reps: int) -> ReapRow:
 
 @dataclass(frozen=True)
 class ResumeOptions:
-    """The resume part of the phase: sessions resuming at once, node start-up variants."""
+    """The resume part of the phase: sessions resuming at once (the node start-up is its own
+    phase, bench_lib/node_start.py)."""
 
     resume_at_once: int = 10
-    node_reps: int = 5
-    v8_compile_cache: Path | None = None  # v8-compile-cache.js, if installed somewhere
-    newer_node: Path | None = None  # a newer node binary (npm package `node`), for NODE_COMPILE_CACHE
 
 
 async def measure(
@@ -353,9 +348,4 @@ async def measure(
     if resume.resume_at_once:
         say(f"handshakes: {resume.resume_at_once} sessions resuming at once")
         results.at_once = await resumes_at_once(env, page, resume.resume_at_once, REAP_IDLE)
-    if resume.node_reps:
-        say(f"handshakes: worker node start-up, {resume.node_reps} rounds")
-        results.node = node_starts(
-            env, resume.node_reps, v8_compile_cache=resume.v8_compile_cache, newer_node=resume.newer_node
-        )
     return results

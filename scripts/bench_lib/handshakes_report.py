@@ -95,19 +95,6 @@ def resume_tables(r: HandshakeResults) -> list[str]:
     if once is not None:
         fail = f"{once.failures} ({once.first_failure})" if once.failures else "0"
         out.append(f"| {once.label} | {len(once.calls)} | {_ms(once.calls)} | {_ms(once.calls, 100)} | {fail} |")
-    if r.node:
-        out += [
-            "",
-            "### The worker's node start-up (`cli.js` spawned → listening; median of rounds after a cache-filling one)",
-            "",
-            "| node | n | wall p50 ms | CPU p50 ms | CPU min ms | note |",
-            "|---|---:|---:|---:|---:|---|",
-        ]
-        for n in r.node:
-            cpu_min = f"{min(n.cpu):.0f}" if n.cpu else "—"
-            wall = f"{statistics.median(n.wall):.0f}" if n.wall else "—"
-            cpu = f"{statistics.median(n.cpu):.0f}" if n.cpu else "—"
-            out.append(f"| {n.label} | {len(n.wall)} | {wall} | {cpu} | {cpu_min} | {n.note} |")
     return out
 
 

@@ -1,30 +1,21 @@
 """Part of the handshakes phase: what a conversation waits for when its worker is new to it. The
 first call after a warm ``initialize`` against the calls after it; ten sessions whose workers were
-reaped resuming at once; and the worker's node start-up, with and without a V8 compile cache."""
+reaped resuming at once. (The worker's node start-up is the `node` phase, bench_lib/node_start.py.)"""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import statistics
-import subprocess
-import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Final
 
 from bench_lib.cc_client import CcSession
 from bench_lib.client import CallError, McpSession
 from bench_lib.measure import new_http, say, wait_pool
-from bench_lib.procs import free_port
-from bench_lib.targets import Env, Target, playwright_args, start_router
+from bench_lib.targets import Env, Target, start_router
 
 STEADY_CALLS: Final = 3
 PREPARED_WITHIN: Final = 3.0  # the pool prepares its workers' client sessions once a second
-NODE_READY_WITHIN: Final = 30.0
-LISTENING: Final = "Listening on"
 
 
 @dataclass
@@ -42,14 +33,6 @@ class AtOnceRow:
     calls: list[float] = field(default_factory=list)
     failures: int = 0
     first_failure: str = ""
-
-
-@dataclass
-class NodeStartRow:
-    label: str
-    wall: list[float] = field(default_factory=list)  # ms, spawn → "Listening on"
-    cpu: list[float] = field(default_factory=list)  # ms of CPU the process had used by then
-    note: str = ""
 
 
 # -- first call after a warm initialize --------------------------------------------------------------
@@ -141,80 +124,3 @@ async def resumes_at_once(env: Env, page: str, at_once: int, reap_idle: float) -
         await asyncio.gather(*(cc.close() for cc in sessions))
         env.registry.stop(router.child)
     return row
-
-
-# -- node start-up ----------------------------------------------------------------------------------
-
-
-def _cpu_ms(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
-
-
-def _start_once(env: Env, prefix: list[str], environ: dict[str, str]) -> tuple[float, float]:
-    with tempfile.TemporaryDirectory(dir=env.work) as scratch:
-        base = Path(scratch)
-        argv = prefix + playwright_args(env, port=free_port(), profile=base / "p", out=base / "o", isolated=False)[1:]
-        started = time.perf_counter()
-        child = subprocess.Popen(
-            argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, **environ}
-        )
-        try:
-            assert child.stderr is not None
-            deadline = started + NODE_READY_WITHIN
-            for line in child.stderr:
-                if LISTENING in line or time.perf_counter() > deadline:
-                    break
-            wall = (time.perf_counter() - started) * 1000
-            cpu = _cpu_ms(child.pid)
-        finally:
-            child.terminate()
-            try:
-                child.wait(10)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
-    return wall, cpu
-
-
-def node_starts(env: Env, reps: int, *, v8_compile_cache: Path | None, newer_node: Path | None) -> list[NodeStartRow]:
-    """The worker's node from spawn to listening (``cli.js`` loads ~7 MB of bundled JavaScript),
-    as the router starts it and with a compile cache; variants interleaved, a first untimed round
-    fills the caches."""
-    cache = Path(tempfile.mkdtemp(dir=env.work, prefix="compile-cache-"))
-    variants: list[tuple[NodeStartRow, list[str], dict[str, str]]] = [
-        (NodeStartRow("node (as the router starts it)"), ["node"], {}),
-    ]
-    if v8_compile_cache is not None:
-        variants.append(
-            (
-                NodeStartRow("node + v8-compile-cache (require hook)"),
-                ["node", "-r", str(v8_compile_cache)],
-                {"V8_COMPILE_CACHE_CACHE_DIR": str(cache / "v8cc")},
-            )
-        )
-    if newer_node is not None:
-        version = subprocess.run([str(newer_node), "--version"], capture_output=True, text=True).stdout.strip()
-        variants.append((NodeStartRow(f"node {version}"), [str(newer_node)], {}))
-        variants.append(
-            (
-                NodeStartRow(f"node {version} + NODE_COMPILE_CACHE"),
-                [str(newer_node)],
-                {"NODE_COMPILE_CACHE": str(cache / "ncc")},
-            )
-        )
-    for k in range(reps + 1):
-        for row, prefix, environ in variants:
-            wall, cpu = _start_once(env, prefix, environ)
-            if k:
-                row.wall.append(wall)
-                row.cpu.append(cpu)
-        say(f"  node start {k}/{reps}")
-    rows = [row for row, _, _ in variants]
-    if v8_compile_cache is None and newer_node is None:
-        rows[0].note = "no cache variant measured: pass --v8-compile-cache / --newer-node"
-    base = statistics.median(rows[0].cpu) if rows[0].cpu else 0
-    for row in rows[1:]:
-        if base and row.cpu:
-            row.note = f"CPU {100 * (1 - statistics.median(row.cpu) / base):+.0f} % saved vs the first row"
-    return rows

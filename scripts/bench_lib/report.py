@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from bench_lib.measure import InitResult, LatencyResult, MemoryRow, ThroughputResult, med_ms, pct
 
+from workers.node import node_executable
+
 MIB = 1024
 
 
@@ -23,9 +25,10 @@ def machine() -> str:
     except (OSError, StopIteration, ValueError):
         mem_kib = 0
     node = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
+    worker_node = subprocess.run([node_executable(), "--version"], capture_output=True, text=True).stdout.strip()
     return (
         f"{os.cpu_count()} cores ({cpu}), {mem_kib / MIB / MIB:.1f} GiB RAM, Linux {platform.release()}, "
-        f"Python {platform.python_version()}, Node {node}"
+        f"Python {platform.python_version()}, Node {node} (workers: {worker_node})"
     )
 
 

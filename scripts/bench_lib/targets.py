@@ -15,6 +15,8 @@ import httpx
 from bench_lib.client import Endpoint
 from bench_lib.procs import Registry, Spawned, free_port, wait_port
 
+from workers.node import node_executable
+
 SG_CACHE = Path.home() / ".cache" / "mcp-router-bench"
 
 
@@ -48,7 +50,7 @@ class Target:
 
 
 def playwright_args(env: Env, *, port: int | None, profile: Path | None, out: Path, isolated: bool) -> list[str]:
-    argv = ["node", str(env.cli)]
+    argv = [node_executable(), str(env.cli)]  # the node the router runs workers on
     if port is not None:
         argv += ["--port", str(port), "--host", "127.0.0.1"]
     argv += ["--headless", "--browser", "chromium", "--executable-path", env.browser]

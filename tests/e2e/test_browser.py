@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -11,7 +12,9 @@ from pathlib import Path
 from mcp import Client
 
 from router.client import BrowserSession
-from tests.support import ROOT, RawClient, RouterThread, async_wait_for
+from router.layout import StateLayout
+from tests.support import ROOT, RawClient, RouterThread, async_wait_for, wait_for
+from workers.node import COMPILE_CACHE_ENV, PATH_NODE, node_executable
 from workers.orphans import processes_for
 
 
@@ -94,3 +97,26 @@ def test_typescript_sdk_client_works_through_router(pw_router: RouterThread, pag
     assert "browser_navigate" in answer["tools"]
     assert "- Page Title: Second" in answer["text"]
     assert answer["sessionId"] and pw_router.manager.sessions.get(answer["sessionId"]) is None  # terminated
+
+
+def test_workers_run_on_the_pinned_node_with_a_compile_cache_in_the_state_dir(
+    pw_router: RouterThread, pages: str
+) -> None:
+    cache = StateLayout(Path(pw_router.settings.state_dir)).node_compile_cache
+    client = RawClient(pw_router.url)
+    try:
+        client.initialize()
+        assert "### Error" not in client.text("browser_navigate", url=f"{pages}/second")
+        pid = pw_router.manager.sessions.get(client.session_id).connection.worker.pid
+        expected = node_executable()
+        if expected == PATH_NODE:  # no pinned build for this machine: the one on PATH
+            expected = shutil.which(PATH_NODE) or PATH_NODE
+        assert os.readlink(f"/proc/{pid}/exe") == os.path.realpath(expected)
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert f"{COMPILE_CACHE_ENV}={cache}".encode() in environ
+    finally:
+        client.delete()
+        client.close()
+    # Node writes the cache as a worker exits (the probe's at router start, this one's now); the
+    # next start reads it.
+    wait_for(lambda: any(p.is_file() for p in cache.rglob("*")), timeout=30)

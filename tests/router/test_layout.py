@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from router.layout import StateLayout
-from workers import orphans
+from workers import node, orphans
 from workers.spec import WorkerSpec
 from workers.supervisor import Supervisor
 
@@ -49,6 +49,7 @@ def test_workers_paths_agree_with_the_layout(tmp_path: Path) -> None:
     assert supervisor.output_dir(SID) == layout.output_dir(SID)
     assert supervisor.profile_dir(SID) == layout.profile_dir(SID)
     assert orphans.pid_file(supervisor.state_dir, SID).parent == layout.workers_dir
+    assert node.compile_cache_dir(supervisor.state_dir) == layout.node_compile_cache
 
 
 def test_the_cli_helpers_do_not_import_the_server_side() -> None:

@@ -1,17 +1,20 @@
-"""What the router tells every worker: its lock, its browser's origin lists, its sandbox."""
+"""What the router tells every worker: its lock, its browser's origin lists, its sandbox, its node."""
 
 from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from router.cli.main import main
-from router.http.app import build_supervisor, router_origins
+from router.http.app import build_supervisor, handshake_fingerprint, router_origins
 from router.settings import Settings
+from workers.node import node_executable
 from workers.spec import ALLOWED_HOSTS_ENV, ALLOWED_ORIGINS_ENV, BLOCKED_ORIGINS_ENV
+from workers.supervisor import Supervisor
 
 
 def settings(tmp_path: Path, **values: object) -> Settings:
@@ -59,3 +62,19 @@ def test_the_sandbox_is_on_unless_root(monkeypatch: pytest.MonkeyPatch, tmp_path
     assert "--sandbox" in build_supervisor(settings(tmp_path)).spec.argv_template
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert "--sandbox" not in build_supervisor(settings(tmp_path)).spec.argv_template
+
+
+def test_the_worker_runs_the_pinned_node_and_its_fingerprint_follows_the_node_not_the_state_dir(
+    tmp_path: Path,
+) -> None:
+    first, second = build_supervisor(settings(tmp_path / "a")), build_supervisor(settings(tmp_path / "b"))
+    assert first.spec.argv_template[0] == node_executable()
+    # Every worker's NODE_COMPILE_CACHE is in its state dir, but not in the handshake cache's key.
+    assert handshake_fingerprint(first) == handshake_fingerprint(second)
+    other_node = Supervisor(
+        spec=replace(first.spec, argv_template=("/opt/node-23/bin/node", *first.spec.argv_template[1:])),
+        state_dir=first.state_dir,
+        browser=first.browser,
+        cli=first.cli,
+    )
+    assert handshake_fingerprint(other_node) != handshake_fingerprint(first)

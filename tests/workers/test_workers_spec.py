@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from workers.node import node_executable
 from workers.spec import (
     ALLOWED_HOSTS_ENV,
     ALLOWED_ORIGINS_ENV,
@@ -20,13 +21,18 @@ from workers.spec import (
 
 
 def test_default_template() -> None:
-    argv = playwright_argv()
+    argv = playwright_argv(node="node")
     assert argv == (
         "node", "{cli}", "--port", "{port}", "--host", "127.0.0.1", "--headless",
         "--browser", "chromium", "--executable-path", "{browser}",
         "--user-data-dir", "{profile_dir}", "--shared-browser-context",
         "--output-dir", "{output_dir}", "--caps", "storage", "--file-paths", "absolute",
     )  # fmt: skip
+
+
+def test_default_template_runs_the_pinned_node_when_installed() -> None:
+    assert playwright_argv()[0] == node_executable()
+    assert playwright_argv(node="/opt/node/bin/node")[0] == "/opt/node/bin/node"
 
 
 def test_headed_viewport_and_extra() -> None:
