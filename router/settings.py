@@ -54,6 +54,8 @@ class Settings(BaseSettings):
     # Warm workers kept ready while browsed sessions sleep, so a conversation's next call after a
     # pause takes a browser that is already up (router/sessions/manager.py); 0 turns it off.
     resume_reserve: int = Field(default=1, ge=0)
+    # Workers coming up (spawn, browser launch, restore) at once; the rest queue. None: one per core.
+    bring_ups: int | None = Field(default=None, ge=1)
     session_retention_hours: float = 24.0  # a dormant session stays resumable this long
     health_interval: float = 30.0
     max_restarts: int = 3  # per session, within restart_window seconds

@@ -323,6 +323,7 @@ class ResumeOptions:
     node_reps: int = 5
     v8_compile_cache: Path | None = None  # v8-compile-cache.js, if installed somewhere
     newer_node: Path | None = None  # a newer node binary (npm package `node`), for NODE_COMPILE_CACHE
+    reserve: int = 1  # the at-once router's --resume-reserve (warm workers readied before the clicks)
 
 
 async def measure(
@@ -352,7 +353,7 @@ async def measure(
     results.first_calls = await first_calls(env, page, reps)
     if resume.resume_at_once:
         say(f"handshakes: {resume.resume_at_once} sessions resuming at once")
-        results.at_once = await resumes_at_once(env, page, resume.resume_at_once, REAP_IDLE)
+        results.at_once = await resumes_at_once(env, page, resume.resume_at_once, REAP_IDLE, resume.reserve)
     if resume.node_reps:
         say(f"handshakes: worker node start-up, {resume.node_reps} rounds")
         results.node = node_starts(
