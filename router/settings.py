@@ -51,9 +51,13 @@ class Settings(BaseSettings):
     max_live_workers: int = Field(default_factory=default_max_live_workers)
     # Workers spawned ahead of demand, browser launched (router/pool.py); 0 keeps spawning lazy.
     warm_workers: int = Field(default=0, ge=0)
-    # Warm workers kept ready while browsed sessions sleep, so a conversation's next call after a
+    # Warm workers kept ready while browsed sessions sleep (one per session asleep, up to this
+    # many, past the first only while memory is spare), so a conversation's next call after a
     # pause takes a browser that is already up (router/sessions/manager.py); 0 turns it off.
+    # Memory for latency: each waits with ~0.3-0.5 GiB.
     resume_reserve: int = Field(default=1, ge=0)
+    # Workers coming up (spawn, browser launch, restore) at once; the rest queue. None: one per core.
+    bring_ups: int | None = Field(default=None, ge=1)
     session_retention_hours: float = 24.0  # a dormant session stays resumable this long
     health_interval: float = 30.0
     max_restarts: int = 3  # per session, within restart_window seconds

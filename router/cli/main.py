@@ -42,6 +42,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--resume-reserve", type=int, help="warm workers kept while browsed sessions sleep (default 1; 0: off)"
     )
+    p.add_argument(
+        "--bring-ups", type=int, help="workers started (spawn, browser launch, restore) at once (default: one per core)"
+    )
     p.add_argument("--browser", help="path of the Chromium binary")
     p.add_argument("--headed", dest="headless", action="store_const", const=False, default=None)
     p.add_argument("--viewport", help="e.g. 1280x720")

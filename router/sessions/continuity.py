@@ -28,6 +28,7 @@ from router.layout import StateLayout
 from router.record.snapshots import Extracted, parse_tabs, ref_frame
 from router.sessions import statefiles
 from router.sessions.admission import Admission
+from router.sessions.bringup import BringUps
 from router.sessions.control import ControlError, ControlSession
 from router.sessions.handshake import HandshakeCache
 from router.sessions.restore import restore_browser
@@ -83,14 +84,14 @@ class Continuity:
         recorder: Recorder | None,
         metrics: Metrics | None,
         start_soon: Callable[[Callable[[], Awaitable[Any]]], None],
-        bring_ups: int = 2,
+        bring_ups: BringUps,
         on_dormant: Callable[[], None] = lambda: None,
     ) -> None:
         """``on_dormant``: called once a session's worker has ended (the resume reserve's demand
         changed: its warm worker starts now, not at the pool's next poll)."""
         self.supervisor = supervisor
         self.on_dormant = on_dormant
-        self._bring_up = anyio.CapacityLimiter(max(1, bring_ups))
+        self.bring_ups = bring_ups
         self.admission = admission
         self.handshakes = handshakes
         self.layout = layout
@@ -110,6 +111,7 @@ class Continuity:
         connection: WorkerConnection | None = None,
         prepared: ControlSession | None = None,
         reason: str | None = None,
+        queued_since: float | None = None,
     ) -> dict[str, Any]:
         """A worker for ``session`` (``worker`` when one was taken from the pool, else a spawn):
         the client's handshake replayed, the control session opened, the browser restored.
@@ -118,16 +120,19 @@ class Continuity:
         Called with ``session.lock`` held; raises ServiceUnavailable or WorkerUnreachable.
         Returns the worker's answer to the replayed ``initialize``.
 
-        A spawn and its browser's launch and restore run at most ``bring_ups`` at a time: ten
-        sessions resuming at once on two cores otherwise all crawl together (measured here: each
-        waited ~18 s), where queued, the first are back at once and the median halves."""
+        A spawn and its browser's launch and restore wait for a slot in ``bring_ups`` (unless
+        ``queued_since``: the caller holds one, queued for it since then, monotonic): ten
+        sessions resuming at once on two cores otherwise all crawl together (measured here:
+        each waited ~18 s), where queued, the first are back at once and the median halves."""
         if worker is not None:
             if prepared is not None and prepared.opened_with != (session.initialize_params or None):
                 self.start_soon(prepared.close)  # another client's shape: the worker forgets it
                 prepared = None
             return await self._attach(session, worker, control, connection, prepared, reason, time.monotonic())
+        if queued_since is not None:
+            return await self._attach(session, None, control, connection, None, reason, queued_since)
         queued = time.monotonic()
-        async with self._bring_up:
+        async with self.bring_ups.slot():
             return await self._attach(session, None, control, connection, None, reason, queued)
 
     async def _attach(

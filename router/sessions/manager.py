@@ -32,6 +32,7 @@ from router.http.proxy import WorkerConnection
 from router.layout import StateLayout
 from router.sessions import statefiles
 from router.sessions.admission import Admission, RateLimit
+from router.sessions.bringup import BringUps, default_bring_ups, room_for_another_warm_worker
 from router.sessions.continuity import RESUME_REASONS, Continuity
 from router.sessions.control import ControlError
 from router.sessions.handshake import HandshakeCache, fill_cache
@@ -83,6 +84,7 @@ class SessionManager:
         metrics: Metrics | None = None,
         warm_workers: int = 0,
         resume_reserve: int = 0,
+        bring_ups: int | None = None,
         probe_handshake: bool = True,
         node_id: str | None = None,
     ) -> None:
@@ -103,6 +105,7 @@ class SessionManager:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.admission = Admission(supervisor, max_live_workers=max_live_workers, metrics=metrics)
         self.initialize_rate = RateLimit(INITIALIZE_RATE, INITIALIZE_BURST)
+        self.bring_ups = BringUps(bring_ups or default_bring_ups())
         self.continuity = Continuity(
             supervisor=supervisor,
             admission=self.admission,
@@ -111,6 +114,7 @@ class SessionManager:
             recorder=recorder,
             metrics=metrics,
             start_soon=self._start_soon,
+            bring_ups=self.bring_ups,
             on_dormant=lambda: self.pool.wake(),
         )
         self.resume_reserve = max(0, resume_reserve)
@@ -120,6 +124,8 @@ class SessionManager:
             size=warm_workers,
             start_soon=self._start_soon,
             extra_demand=self._reserve_demand,
+            bring_ups=self.bring_ups,
+            spare_memory=room_for_another_warm_worker,
         )
         self.upkeep = Upkeep(
             sessions=self.sessions,
@@ -424,15 +430,20 @@ class SessionManager:
                 previous = session.state
                 if previous in (State.CRASHED, State.DEGRADED):
                     await self.upkeep.restart_allowed(session)
+                reason = RESUME_REASONS.get(previous)
                 # A warm worker, if one is ready or nearly: its node is up, its browser launched.
                 warm = await self.pool.take_soon(WARM_WAIT)
+                if warm is None:
+                    # Queued with the other bring-ups; a warm worker ready first is taken instead.
+                    queued = time.monotonic()
+                    async with self.bring_ups.slot_or(self.pool.next_ready, self.pool.give_back) as warm:
+                        if warm is None:
+                            await self.continuity.attach(session, reason=reason, queued_since=queued)
                 if warm is not None:
                     await self.continuity.attach(
                         session, worker=warm.worker, control=warm.control, connection=warm.connection,
-                        prepared=warm.client, reason=RESUME_REASONS.get(previous),
+                        prepared=warm.client, reason=reason,
                     )  # fmt: skip
-                else:
-                    await self.continuity.attach(session, reason=RESUME_REASONS.get(previous))
                 return True
         return False
 

@@ -32,6 +32,7 @@ import anyio
 from router.http.errors import RouterError
 from router.http.proxy import WorkerConnection
 from router.sessions.admission import Admission
+from router.sessions.bringup import BringUps, default_bring_ups
 from router.sessions.control import ControlError, ControlSession
 from router.sessions.table import mint_session_id
 from workers._exceptions import WorkerError
@@ -68,6 +69,7 @@ class Pooled:
     client: ControlSession | None = None
     browser: bool = False  # the worker has the browser tools (a stand-in worker has none)
     ready: bool = False
+    started: bool = False  # holds a bring-up slot: spawning or launching, not queued
     warmed_at: float = 0.0  # monotonic; last tool call that kept the browser up
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     done: anyio.Event = field(default_factory=anyio.Event)  # filling finished, either way
@@ -82,16 +84,25 @@ class WarmPool:
         size: int,
         start_soon: Callable[[Callable[[], Awaitable[Any]]], None],
         extra_demand: Callable[[], int] = lambda: 0,
+        bring_ups: BringUps | None = None,
+        spare_memory: Callable[[], bool] = lambda: True,
     ) -> None:
         """``size`` workers always (``--warm-workers``); ``extra_demand()`` more while it asks
-        for them (the resume reserve: a dormant session will want one soon)."""
+        for them (the resume reserve: a dormant session will want one soon). Each fill waits
+        its turn in ``bring_ups`` with the sessions' own spawns: a refill never makes a burst
+        of resumes run more bring-ups at once than there are cores. Past ``size`` and the reserve's
+        first worker, a fill also needs ``spare_memory()``: the reserve grows with the sessions
+        that went to sleep, never into swap."""
         self.admission = admission
+        self.bring_ups = bring_ups or BringUps(default_bring_ups())
         self.supervisor = supervisor
         self.start_soon = start_soon
         self.size = max(0, size)
         self.extra_demand = extra_demand
+        self.spare_memory = spare_memory
         self._entries: dict[str, Pooled] = {}  # filling and ready, in the order they were started
         self._changed = anyio.Event()
+        self._became_ready = anyio.Event()  # set (and replaced) each time a worker is ready
         self._yielding = 0  # evictions in progress: a slot is on its way to a session, not to us
         self._failures = 0
         self._retry_at = 0.0
@@ -152,16 +163,33 @@ class WarmPool:
 
     async def take_soon(self, wait: float) -> Pooled | None:
         """A ready worker, or the one being filled once it is ready (within ``wait``): a worker
-        whose node is up and whose browser is launching is nearer than a new spawn."""
+        whose node is up and whose browser is launching is nearer than a new spawn (one still
+        queued for a bring-up slot is not)."""
         entry = self.take()
         if entry is not None:
             return entry
-        filling = [e for e in self._entries.values() if not e.ready]
+        filling = [e for e in self._entries.values() if e.started and not e.ready]
         if not filling:
             return None
         with anyio.move_on_after(wait):
             await filling[0].done.wait()
         return self.take()
+
+    async def next_ready(self) -> Pooled:
+        """The next worker to be ready, taken (cancellable: it takes only after its last await)."""
+        while True:
+            entry = self.take()
+            if entry is not None:
+                return entry
+            await self._became_ready.wait()
+
+    def give_back(self, entry: Pooled) -> None:
+        """A taken worker nobody used after all (its taker was cancelled): ready again."""
+        if entry.worker is not None and entry.worker.alive() and not self._stopping:
+            self._entries[entry.id] = entry
+            self._ready_now()
+        else:
+            self._start_soon_discard(entry)
 
     # -- making room -----------------------------------------------------------------------------
 
@@ -239,6 +267,7 @@ class WarmPool:
         return (
             not self._stopping
             and len(self._entries) < self.target()
+            and (len(self._entries) <= self.size or self.spare_memory())
             and not self._yielding
             and self.admission.has_room()
             and time.monotonic() >= self._retry_at
@@ -251,16 +280,19 @@ class WarmPool:
                 # Only a free slot: a pooled worker never makes a session sleep.
                 if not self.admission.try_admit(entry.id):
                     return
-                entry.worker = await self.admission.spawn(entry.id, admitted=True)
-                entry.connection = WorkerConnection(entry.worker)
-                entry.control = ControlSession(entry.connection)
-                await entry.control.open()
-                entry.browser = WARM_TOOL in await entry.control.tool_names()  # a stand-in has none
-                if entry.browser:
-                    await entry.control.call(WARM_TOOL, WARM_ARGS)
-                    await entry.control.call(*WARM_NAVIGATE)
-                entry.warmed_at = time.monotonic()
-                entry.client = await self._open_client(entry)
+                async with self.bring_ups.slot():
+                    entry.started = True
+                    started = time.monotonic()
+                    entry.worker = await self.admission.spawn(entry.id, admitted=True)
+                    entry.connection = WorkerConnection(entry.worker)
+                    entry.control = ControlSession(entry.connection)
+                    await entry.control.open()
+                    entry.browser = WARM_TOOL in await entry.control.tool_names()  # a stand-in has none
+                    if entry.browser:
+                        await entry.control.call(WARM_TOOL, WARM_ARGS)
+                        await entry.control.call(*WARM_NAVIGATE)
+                    entry.warmed_at = time.monotonic()
+                    entry.client = await self._open_client(entry)
                 if entry.worker.alive() and self._entries.get(entry.id) is entry:
                     entry.ready = True
         except Exception as exc:  # the pool is an optimisation: it must never take the router down
@@ -278,6 +310,7 @@ class WarmPool:
                     await self._discard(entry)
             entry.done.set()
         if entry.ready:
+            self._ready_now()
             self._failures = 0
             worker = entry.worker
             assert worker is not None
@@ -365,3 +398,7 @@ class WarmPool:
 
     def _signal(self) -> None:
         self._changed.set()
+
+    def _ready_now(self) -> None:
+        self._became_ready.set()
+        self._became_ready = anyio.Event()

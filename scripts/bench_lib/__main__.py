@@ -73,6 +73,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--handshake-rounds", type=int, default=3, help="rounds of concurrent handshakes (default 3)")
     p.add_argument("--resume-at-once", type=int, default=10, help="sessions resuming at once (0: skip)")
+    p.add_argument(
+        "--resume-at-once-reserve", type=int, default=1, help="--resume-reserve of that router (memory for latency)"
+    )
     p.add_argument("--node-reps", type=int, default=5, help="rounds of the worker's node start-up (0: skip)")
     p.add_argument("--v8-compile-cache", type=Path, help="v8-compile-cache.js: also time node with it")
     p.add_argument("--newer-node", type=Path, help="a newer node binary: also time it with NODE_COMPILE_CACHE")
@@ -247,7 +250,7 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
             env.registry.stop(t.child)
 
     if "handshakes" in a.only:
-        resume = handshakes.ResumeOptions(a.resume_at_once)
+        resume = handshakes.ResumeOptions(a.resume_at_once, a.resume_at_once_reserve)
         hs = await handshakes.measure(
             env, page, reps=a.reps, at_once=a.handshakes_at_once, rounds=a.handshake_rounds, resume=resume
         )

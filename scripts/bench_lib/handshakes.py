@@ -318,6 +318,7 @@ class ResumeOptions:
     phase, bench_lib/node_start.py)."""
 
     resume_at_once: int = 10
+    reserve: int = 1  # the at-once router's --resume-reserve (warm workers readied before the clicks)
 
 
 async def measure(
@@ -347,5 +348,5 @@ async def measure(
     results.first_calls = await first_calls(env, page, reps)
     if resume.resume_at_once:
         say(f"handshakes: {resume.resume_at_once} sessions resuming at once")
-        results.at_once = await resumes_at_once(env, page, resume.resume_at_once, REAP_IDLE)
+        results.at_once = await resumes_at_once(env, page, resume.resume_at_once, REAP_IDLE, resume.reserve)
     return results

@@ -16,6 +16,7 @@ from bench_lib.targets import Env, Target, start_router
 
 STEADY_CALLS: Final = 3
 PREPARED_WITHIN: Final = 3.0  # the pool prepares its workers' client sessions once a second
+RESERVE_READY_EACH: Final = 20.0  # the reserve fills one worker at a time, ~2-5 s each under load
 
 
 @dataclass
@@ -91,19 +92,21 @@ async def first_calls(env: Env, page: str, reps: int) -> list[FirstCallRow]:
 # -- resumes at once --------------------------------------------------------------------------------
 
 
-async def resumes_at_once(env: Env, page: str, at_once: int, reap_idle: float) -> AtOnceRow:
+async def resumes_at_once(env: Env, page: str, at_once: int, reap_idle: float, reserve: int = 1) -> AtOnceRow:
     """``at_once`` conversations open a page, pause until their workers are reaped, then all click
-    the ref they hold at the same moment (the resume reserve readies one warm worker)."""
+    the ref they hold at the same moment, once the resume reserve (``--resume-reserve``) is ready."""
     from bench_lib.handshakes import CLICK, open_page, wait_reaped
 
-    row = AtOnceRow(f"router, {at_once} sessions resuming at once", at_once)
-    router = start_router(env, "router-at-once", "--idle-timeout", f"{reap_idle:g}")
+    row = AtOnceRow(f"router, {at_once} sessions resuming at once, `--resume-reserve {reserve}`", at_once)
+    router = start_router(
+        env, "router-at-once", "--idle-timeout", f"{reap_idle:g}", "--resume-reserve", str(reserve)
+    )
     sessions = [CcSession(router.endpoint) for _ in range(at_once)]
     try:
         refs = [await open_page(cc, page) for cc in sessions]
         for cc in sessions:
             await wait_reaped(router, cc.session_id or "")
-        await wait_pool(router, 1)  # the resume reserve
+        await wait_pool(router, min(reserve, at_once), within=RESERVE_READY_EACH * max(1, reserve))
 
         async def click(cc: CcSession, ref: str) -> float:
             _, dt = await cc.call("browser_click", element=CLICK, target=ref)

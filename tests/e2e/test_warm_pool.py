@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from router.sessions.table import State
-from tests.support import RawClient, RouterThread, router_settings, wait_for, wait_saved
+from tests.router.test_warm_pool import router_loop_call
+from tests.support import RawClient, RouterThread, find_ref, router_settings, wait_for, wait_saved
 from workers.orphans import processes_for
 
 
@@ -74,3 +76,42 @@ def test_a_resume_takes_a_warm_worker_and_brings_the_page_back(state_dir: Path, 
         assert client.delete().status_code == 200
         wait_for(lambda: not processes_for(state_dir, warm), timeout=10)
         assert not (state_dir / "sessions" / warm).exists()
+
+
+def test_sessions_resuming_together_take_turns_and_each_gets_its_own_page_back(
+    state_dir: Path, chromium: str, pages: str
+) -> None:
+    """One bring-up at a time, a reserve of one: two hibernated conversations click the refs they
+    hold at the same moment. One takes the warm worker, the other waits its turn for a spawn (or
+    the next warm worker); both find their own page, cookie and storage, and the clicks work."""
+    settings = router_settings(
+        state_dir, worker_command=None, browser=chromium, resume_reserve=1, bring_ups=1, idle_timeout=600
+    )
+    with RouterThread(settings) as router, RawClient(router.url) as a, RawClient(router.url) as b:
+        manager = router.manager
+        refs = {}
+        for client, value in ((a, "a"), (b, "b")):
+            client.initialize()
+            client.text("browser_navigate", url=f"{pages}/set?v={value}")
+            client.text("browser_navigate", url=f"{pages}/")
+            refs[value] = find_ref(client.text("browser_snapshot"), "Click me")
+            wait_saved(state_dir, client, value)
+        for client in (a, b):
+            router_loop_call(router, manager.hibernate(manager.sessions.get(client.session_id)))
+        [warm] = wait_for(lambda: manager.pool.ready_ids(), timeout=40)
+        warm_pid = manager.supervisor.get(warm).pid
+
+        def click(client: RawClient, value: str) -> str:
+            return client.text("browser_click", target=refs[value], element="Click me button")
+
+        with ThreadPoolExecutor(2) as together:
+            answers = list(together.map(click, (a, b), ("a", "b")))
+        for client, answer in zip((a, b), answers, strict=True):
+            assert "was restored" in answer and ".click()" in answer, answer[-2000:]
+            assert 'button "Clicked"' in client.text("browser_snapshot")  # the ref named the button
+        sessions = [manager.sessions.get(c.session_id) for c in (a, b)]
+        pids = {s.connection.worker.pid for s in sessions if s.connection is not None}
+        assert len(pids) == 2 and warm_pid in pids  # one took the reserve, the other its turn
+        for client, value in ((a, "a"), (b, "b")):
+            assert f"cookie={value} storage={value}" in client.text("browser_navigate", url=f"{pages}/get")
+            assert client.delete().status_code == 200

@@ -14,7 +14,7 @@ from tests.support.sse import messages_of
 ACCEPT_BOTH = "application/json, text/event-stream"
 CLIENT_TIMEOUT = 30.0
 REF_KEY = "mcp-router/refId"
-_SNAPSHOT_REF = re.compile(r"\[ref=(e\d+)\]")
+_SNAPSHOT_REF = re.compile(r"\[ref=((?:f\d+)?e\d+)\]")  # "f1e3": a tab's later documents
 
 
 def initialize_body(id: int = 1, version: str = "2025-06-18", name: str = "test-client") -> dict[str, Any]:

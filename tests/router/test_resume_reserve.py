@@ -1,0 +1,76 @@
+"""The resume reserve with the stand-in worker: it grows with the sessions that went to sleep, up to
+``resume_reserve`` and only while memory is spare; sessions resuming together take its workers."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from router.sessions.table import State
+from tests.router.test_warm_pool import router_loop_call
+from tests.support import RawClient, RouterThread, router_settings, wait_for, whoami
+
+SETTLE = 1.5  # the pool looks again at least once a second: long enough to see it did not grow
+RESERVE_FILLED = 30.0  # one stand-in worker at a time, on a loaded machine
+
+
+def put_to_sleep(router: RouterThread, clients: list[RawClient]) -> list[int]:
+    """Each client's session browsed (as far as the reserve knows) and hibernated; their pids."""
+    pids = []
+    for client in clients:
+        client.initialize()
+        pids.append(whoami(client)["pid"])
+        session = router.manager.sessions.get(client.session_id)
+        session.browser_used = True  # the stand-in has no browser_ tools to set it
+        router_loop_call(router, router.manager.hibernate(session))
+    return pids
+
+
+def test_the_reserve_grows_with_sleeping_sessions_up_to_its_cap(state_dir: Path) -> None:
+    settings = router_settings(state_dir, resume_reserve=2, idle_timeout=600)
+    with RouterThread(settings) as router:
+        clients = [RawClient(router.url) for _ in range(3)]
+        try:
+            old_pids = put_to_sleep(router, clients)
+            warm = wait_for(lambda: (lambda r: r if len(r) == 2 else None)(router.manager.pool.ready_ids()),
+                            timeout=RESERVE_FILLED)  # fmt: skip
+            time.sleep(SETTLE)
+            assert sorted(router.manager.pool.ready_ids()) == sorted(warm)  # three asleep, cap two
+            warm_pids = {router.manager.supervisor.get(w).pid for w in warm}
+
+            with ThreadPoolExecutor(len(clients)) as resumes:  # all three come back at once
+                pids = list(resumes.map(lambda c: whoami(c)["pid"], clients))
+            assert len(set(pids)) == 3 and not set(pids) & set(old_pids)
+            assert warm_pids <= set(pids)  # two took the reserve, one spawned in its turn
+            for client in clients:
+                assert router.manager.sessions.get(client.session_id).state is State.LIVE
+        finally:
+            for client in clients:
+                client.delete()
+                client.close()
+
+
+def test_without_spare_memory_the_reserve_keeps_one_worker(state_dir: Path, monkeypatch: Any) -> None:
+    monkeypatch.setattr("router.sessions.manager.room_for_another_warm_worker", lambda: False)
+    settings = router_settings(state_dir, resume_reserve=2, idle_timeout=600)
+    with RouterThread(settings) as router:
+        clients = [RawClient(router.url) for _ in range(2)]
+        try:
+            put_to_sleep(router, clients)
+            wait_for(lambda: router.manager.pool.ready_ids(), timeout=RESERVE_FILLED)
+            time.sleep(SETTLE)
+            assert len(router.manager.pool.ready_ids()) == 1
+        finally:
+            for client in clients:
+                client.delete()
+                client.close()
+
+
+@pytest.mark.parametrize("bring_ups", [1, 3])
+def test_bring_ups_setting_reaches_the_queue(state_dir: Path, bring_ups: int) -> None:
+    with RouterThread(router_settings(state_dir, bring_ups=bring_ups)) as router:
+        assert router.manager.bring_ups.limit == bring_ups
