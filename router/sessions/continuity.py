@@ -30,6 +30,7 @@ from router.sessions import statefiles
 from router.sessions.admission import Admission
 from router.sessions.control import ControlError, ControlSession
 from router.sessions.handshake import HandshakeCache
+from router.sessions.prepared_stream import AdoptedStream, PreparedStream
 from router.sessions.restore import restore_browser
 from router.sessions.table import ENDED, RECORD_STATE, Session, State
 from workers.supervisor import Supervisor, Worker
@@ -40,6 +41,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mcp_router.continuity")
 
+# The client's answer to the roots/list the router asks when its GET stream opens (roots.py); a
+# client that declares roots and opens no stream waits this once, then its worker's session is new.
+ROOTS_WAIT: Final = 1.0
 SAVE_TIMEOUT: Final = 5.0  # a wedged worker must not hold a reap or a shutdown for long
 # Playwright writes and reads storage state only under the worker's output dir (or its cwd).
 SAVE_NAME: Final = ".router-storage-save.json"
@@ -109,12 +113,15 @@ class Continuity:
         control: ControlSession | None = None,
         connection: WorkerConnection | None = None,
         prepared: ControlSession | None = None,
+        prepared_stream: PreparedStream | None = None,
         reason: str | None = None,
     ) -> dict[str, Any]:
         """A worker for ``session`` (``worker`` when one was taken from the pool, else a spawn):
         the client's handshake replayed, the control session opened, the browser restored.
         ``prepared``: a session the pool opened on ``worker`` ahead of time; when it was opened
         with the client's own initialize params it is the client's, and nothing is replayed.
+        ``prepared_stream``: its GET stream, when its first call was made with roots: then it is
+        the client's only if the client's roots are the same and its GET stream is open.
         Called with ``session.lock`` held; raises ServiceUnavailable or WorkerUnreachable.
         Returns the worker's answer to the replayed ``initialize``.
 
@@ -122,10 +129,20 @@ class Continuity:
         sessions resuming at once on two cores otherwise all crawl together (measured here: each
         waited ~18 s), where queued, the first are back at once and the median halves."""
         if worker is not None:
-            if prepared is not None and prepared.opened_with != (session.initialize_params or None):
-                self.start_soon(prepared.close)  # another client's shape: the worker forgets it
-                prepared = None
-            return await self._attach(session, worker, control, connection, prepared, reason, time.monotonic())
+            adopted = None
+            if prepared is not None:
+                usable = prepared.opened_with == (session.initialize_params or None)
+                if usable and prepared_stream is not None:
+                    adopted = await self._adopt(session, prepared_stream)
+                    usable = adopted is not None
+                elif prepared_stream is not None:
+                    self.start_soon(prepared_stream.close)
+                if not usable:
+                    self.start_soon(prepared.close)  # another client's shape or roots: the worker forgets it
+                    prepared = None
+            return await self._attach(
+                session, worker, control, connection, prepared, reason, time.monotonic(), adopted
+            )
         queued = time.monotonic()
         async with self._bring_up:
             return await self._attach(session, None, control, connection, None, reason, queued)
@@ -139,6 +156,7 @@ class Continuity:
         prepared: ControlSession | None,
         reason: str | None,
         queued: float,
+        adopted: AdoptedStream | None = None,
     ) -> dict[str, Any]:
         started = time.monotonic()
         if worker is None:
@@ -198,6 +216,8 @@ class Continuity:
         if session.state in ENDED:  # ended (DELETE, --end) while the worker was coming up
             await connection.aclose()
             return replay.initialize_result
+        if adopted is not None:  # relayed by the client's stream, which _bind wakes
+            session.adopted_stream = (connection, adopted)
         self._bind(session, connection, worker_session_id, control)
         if reason is not None:
             session.resumed_notice = resumed_notice(reason) if restored else None
@@ -215,6 +235,25 @@ class Continuity:
             (done - restore_started) * 1000,
         )  # fmt: skip
         return replay.initialize_result
+
+    async def _adopt(self, session: Session, stream: PreparedStream | None) -> AdoptedStream | None:
+        """The prepared session's stream for the client, when the session made its first call
+        with the client's roots; else it is closed (and the session with it, by the caller)."""
+        if stream is None:
+            return None
+        roots = None
+        with anyio.move_on_after(ROOTS_WAIT):  # Claude Code's stream may be a moment behind its call
+            roots = await session.roots.answered()
+        same = roots is not None and roots == stream.roots and session.stream.held
+        adopted = await stream.hand_over() if same else None
+        if adopted is None:
+            log.info(
+                "warm worker's prepared session not handed over session=%s stream=%s roots=%s",
+                session.id, "open" if session.stream.held else "absent",
+                "unknown" if roots is None else ("same" if roots == stream.roots else "different"),
+            )  # fmt: skip
+            self.start_soon(stream.close)
+        return adopted
 
     async def reopen(self, session: Session, connection: WorkerConnection) -> bool:
         """A new worker session for the client's handshake on the same, living worker."""

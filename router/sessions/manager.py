@@ -266,7 +266,7 @@ class SessionManager:
                 if warm is not None:
                     result = await self.continuity.attach(
                         session, worker=warm.worker, control=warm.control, connection=warm.connection,
-                        prepared=warm.client,
+                        prepared=warm.client, prepared_stream=warm.stream,
                     )  # fmt: skip
                 else:
                     result = await self.continuity.attach(session)
@@ -426,10 +426,12 @@ class SessionManager:
                 if warm is not None:
                     await self.continuity.attach(
                         session, worker=warm.worker, control=warm.control, connection=warm.connection,
-                        prepared=warm.client, reason=RESUME_REASONS.get(previous),
+                        prepared=warm.client, prepared_stream=warm.stream, reason=RESUME_REASONS.get(previous),
                     )  # fmt: skip
                 else:
                     await self.continuity.attach(session, reason=RESUME_REASONS.get(previous))
+                if session.roots.known is not None:  # the next warm worker's session is warmed with them
+                    self.pool.expect_roots(session.roots.known)
                 return True
         return False
 
