@@ -142,6 +142,15 @@ class WarmPool:
             if e.ready and e.client is not None and e.client.session_id and e.client.opened_with == initialize_params
         ]
 
+    def warmed_sessions(self) -> list[str]:
+        """Worker-side ids of the ready workers' prepared sessions that made their first call
+        with a client's roots, their GET stream still held."""
+        return [
+            e.client.session_id
+            for e in list(self._entries.values())  # read from other threads by tests
+            if e.ready and e.client is not None and e.client.session_id and e.stream is not None and e.stream.alive
+        ]
+
     # -- handing out -----------------------------------------------------------------------------
 
     def take(self) -> Pooled | None:
