@@ -115,13 +115,15 @@ class Continuity:
         prepared: ControlSession | None = None,
         prepared_stream: PreparedStream | None = None,
         reason: str | None = None,
+        roots_wait: float = ROOTS_WAIT,
     ) -> dict[str, Any]:
         """A worker for ``session`` (``worker`` when one was taken from the pool, else a spawn):
         the client's handshake replayed, the control session opened, the browser restored.
         ``prepared``: a session the pool opened on ``worker`` ahead of time; when it was opened
         with the client's own initialize params it is the client's, and nothing is replayed.
         ``prepared_stream``: its GET stream, when its first call was made with roots: then it is
-        the client's only if the client's roots are the same and its GET stream is open.
+        the client's only if the client's roots are the same and its GET stream is open (their
+        answer awaited for ``roots_wait`` s: none at ``initialize``, before any stream).
         Called with ``session.lock`` held; raises ServiceUnavailable or WorkerUnreachable.
         Returns the worker's answer to the replayed ``initialize``.
 
@@ -133,7 +135,7 @@ class Continuity:
             if prepared is not None:
                 usable = prepared.opened_with == (session.initialize_params or None)
                 if usable and prepared_stream is not None:
-                    adopted = await self._adopt(session, prepared_stream)
+                    adopted = await prepared_stream.hand_over_to(session, roots_wait)
                     usable = adopted is not None
                 elif prepared_stream is not None:
                     self.start_soon(prepared_stream.close)
@@ -218,6 +220,7 @@ class Continuity:
             return replay.initialize_result
         if adopted is not None:  # relayed by the client's stream, which _bind wakes
             session.adopted_stream = (connection, adopted)
+        session.worker_has_roots = adopted is not None
         self._bind(session, connection, worker_session_id, control)
         if reason is not None:
             session.resumed_notice = resumed_notice(reason) if restored else None
@@ -236,25 +239,6 @@ class Continuity:
         )  # fmt: skip
         return replay.initialize_result
 
-    async def _adopt(self, session: Session, stream: PreparedStream | None) -> AdoptedStream | None:
-        """The prepared session's stream for the client, when the session made its first call
-        with the client's roots; else it is closed (and the session with it, by the caller)."""
-        if stream is None:
-            return None
-        roots = None
-        with anyio.move_on_after(ROOTS_WAIT):  # Claude Code's stream may be a moment behind its call
-            roots = await session.roots.answered()
-        same = roots is not None and roots == stream.roots and session.stream.held
-        adopted = await stream.hand_over() if same else None
-        if adopted is None:
-            log.info(
-                "warm worker's prepared session not handed over session=%s stream=%s roots=%s",
-                session.id, "open" if session.stream.held else "absent",
-                "unknown" if roots is None else ("same" if roots == stream.roots else "different"),
-            )  # fmt: skip
-            self.start_soon(stream.close)
-        return adopted
-
     async def reopen(self, session: Session, connection: WorkerConnection) -> bool:
         """A new worker session for the client's handshake on the same, living worker."""
         replay = ControlSession(connection)
@@ -264,6 +248,7 @@ class Continuity:
             log.warning("worker session lost and not reopened session=%s: %s", session.id, exc)
             return False
         session.asked.clear()
+        session.worker_has_roots = False
         session.worker_switched()  # the client's GET stream follows the new worker session
         log.info("worker session reopened session=%s", session.id)
         return True

@@ -266,7 +266,7 @@ class SessionManager:
                 if warm is not None:
                     result = await self.continuity.attach(
                         session, worker=warm.worker, control=warm.control, connection=warm.connection,
-                        prepared=warm.client, prepared_stream=warm.stream,
+                        prepared=warm.client, prepared_stream=warm.stream, roots_wait=0,
                     )  # fmt: skip
                 else:
                     result = await self.continuity.attach(session)

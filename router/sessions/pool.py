@@ -33,7 +33,7 @@ from router.http.errors import RouterError
 from router.http.proxy import WorkerConnection
 from router.sessions.admission import Admission
 from router.sessions.control import ControlError, ControlSession
-from router.sessions.prepared_stream import PreparedStream
+from router.sessions.prepared_stream import PreparedStream, close_prepared
 from router.sessions.roots import Roots, declares_roots
 from router.sessions.table import mint_session_id
 from workers._exceptions import WorkerError
@@ -344,10 +344,10 @@ class WarmPool:
                 continue
             client, stream = await self._open_client(entry)
             if self._entries.get(entry.id) is not entry:  # taken meanwhile: that attach replays
-                await _close_prepared(client, stream)
+                await close_prepared(client, stream)
                 continue
             entry.client, entry.stream = client, stream
-            await _close_prepared(old, old_stream)
+            await close_prepared(old, old_stream)
 
     def _warmed(self, entry: Pooled) -> bool:
         """The prepared session made its first call with the roots the next client should have
@@ -401,10 +401,3 @@ class WarmPool:
     def _signal(self) -> None:
         self._changed.set()
 
-
-async def _close_prepared(client: ControlSession | None, stream: PreparedStream | None) -> None:
-    """The worker forgets a prepared session nobody will use (and stops pinging it)."""
-    if stream is not None:
-        await stream.close()
-    if client is not None:
-        await client.close()

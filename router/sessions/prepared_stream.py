@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
@@ -24,6 +24,9 @@ from router.http.sse import EventSplitter, EventTooLarge, event_json
 from router.http.upstream import UpstreamError, UpstreamResponse
 from router.sessions.control import ControlError, ControlSession
 from router.sessions.roots import ROOTS_METHOD, Roots
+
+if TYPE_CHECKING:
+    from router.sessions.table import Session
 
 log = logging.getLogger("mcp_router.pool")
 
@@ -98,6 +101,25 @@ class PreparedStream:
             except ControlError as exc:
                 log.debug("prepared session's answer refused: %s", exc)
 
+    async def hand_over_to(self, session: Session, wait: float) -> AdoptedStream | None:
+        """The open stream, for ``session``'s client when its roots (awaited ``wait`` s: Claude
+        Code's GET stream may be a moment behind its first call) are the ones this session's
+        first call was made with and its GET stream is open to relay it; else closed, and the
+        caller lets the prepared session go too."""
+        roots = None
+        with anyio.move_on_after(wait):
+            roots = await session.roots.answered()
+        same = roots is not None and roots == self.roots and session.stream.held
+        adopted = await self.hand_over() if same else None
+        if adopted is None:
+            log.info(
+                "warm worker's prepared session not handed over session=%s stream=%s roots=%s",
+                session.id, "open" if session.stream.held else "absent",
+                "unknown" if roots is None else ("same" if roots == self.roots else "different"),
+            )  # fmt: skip
+            await self.close()
+        return adopted
+
     async def hand_over(self) -> AdoptedStream | None:
         """Stops reading and gives the open stream away (None: it has ended already)."""
         self._scope.cancel()
@@ -115,3 +137,11 @@ class PreparedStream:
         upstream, self._upstream = self._upstream, None
         if upstream is not None:
             await upstream.aclose()
+
+
+async def close_prepared(client: ControlSession | None, stream: PreparedStream | None) -> None:
+    """The worker forgets a prepared session nobody will use (and stops pinging it)."""
+    if stream is not None:
+        await stream.close()
+    if client is not None:
+        await client.close()

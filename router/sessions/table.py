@@ -125,6 +125,9 @@ class Session:
     roots: ClientRoots = field(default_factory=ClientRoots)  # the client's, as the router asked them
     # A warm worker's GET stream, still open, for the client's stream to relay (prepared_stream.py).
     adopted_stream: tuple[WorkerConnection, AdoptedStream] | None = None
+    # The worker's session made its first call with the client's roots, given by the router: the
+    # worker will not ask the client for them.
+    worker_has_roots: bool = False
 
     def ask_roots(self) -> None:
         """Asks the client its roots on its GET stream (held), unless known or asked already."""
