@@ -158,7 +158,7 @@ async def test_a_hand_over_keeps_what_it_had_not_handled_and_what_comes_after(
         await send.send(event({"jsonrpc": "2.0", "id": 6, "method": "ping"}) + ping[:10])  # half an event
         await async_wait_for(lambda: len(fake.answers) == 1)
         adopted = await stream.hand_over()
-    assert adopted is not None and adopted.upstream is fake.upstream and not fake.upstream.closed
+    assert adopted is not None and cast(Any, adopted.upstream) is fake.upstream and not fake.upstream.closed
     await send.send(ping[10:])
     send.close()
     relayed = adopted.rest + b"".join([chunk async for chunk in adopted.upstream.aiter_raw()])
@@ -196,3 +196,53 @@ async def test_a_refused_answer_does_not_stop_the_holder(
         await async_wait_for(lambda: len(fake.answers) == 1)
         assert stream.alive
         await stream.close()
+
+
+async def test_a_hand_over_during_an_answer_waits_for_it(
+    wire: tuple[MemoryObjectSendStream[bytes], FakeSession],
+) -> None:
+    """The client's first call arrives while the warm-up's roots/list answer is on its way: the
+    answer still reaches the worker (its call would wait for it), then the stream is handed over."""
+    send, fake = wire
+    release = anyio.Event()
+    answering = anyio.Event()
+    record = fake.answer
+
+    async def slow_answer(message: dict[str, Any]) -> None:
+        answering.set()
+        await release.wait()
+        await record(message)
+
+    fake.answer = slow_answer  # type: ignore[method-assign]
+    stream = PreparedStream(cast(ControlSession, fake), ROOTS)
+    await stream.open()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stream.run)
+        await send.send(event({"jsonrpc": "2.0", "id": 0, "method": ROOTS_METHOD}))
+        await answering.wait()
+        handed: list[Any] = []
+
+        async def hand_over() -> None:
+            handed.append(await stream.hand_over())
+
+        tg.start_soon(hand_over)
+        await anyio.sleep(0.05)
+        assert not handed, "handed over with the worker's question unanswered"
+        release.set()
+    assert fake.answers == [{"jsonrpc": "2.0", "id": 0, "result": {"roots": ROOTS}}]
+    assert handed and handed[0] is not None and handed[0].upstream is fake.upstream
+
+
+async def test_a_stream_waiting_for_the_clients_relay_goes_only_to_its_own_worker() -> None:
+    """Handed over while the client's GET stream was away: the next relay of that worker takes it;
+    a relay of another worker (the session went dormant and resumed meanwhile) does not."""
+    session = Session("s", initialize_params=CC_PARAMS)
+    ours: Any = object()
+    other: Any = object()
+    adopted: Any = object()
+    session.adopted_stream = (ours, adopted)
+    assert session.take_adopted_stream(ours) is adopted
+    assert session.take_adopted_stream(ours) is None, "handed out twice"
+    session.adopted_stream = (ours, object())  # type: ignore[assignment]
+    assert session.take_adopted_stream(other) is None
+    assert session.adopted_stream is None
