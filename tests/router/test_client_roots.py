@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any, cast
 
 import anyio
 import pytest
+from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from router.sessions.control import ControlError, ControlSession
@@ -126,14 +128,21 @@ def wire() -> Iterator[tuple[MemoryObjectSendStream[bytes], FakeSession]]:
         yield send, FakeSession(FakeUpstream(receive))
 
 
-async def test_it_answers_roots_with_the_roots_it_was_given_and_pings(
-    wire: tuple[MemoryObjectSendStream[bytes], FakeSession],
-) -> None:
-    send, fake = wire
+@asynccontextmanager
+async def holding(fake: FakeSession) -> AsyncIterator[tuple[PreparedStream, TaskGroup]]:
+    """The prepared stream opened on ``fake`` and reading in a task of the group yielded."""
     stream = PreparedStream(cast(ControlSession, fake), ROOTS)
     await stream.open()
     async with anyio.create_task_group() as tg:
         tg.start_soon(stream.run)
+        yield stream, tg
+
+
+async def test_it_answers_roots_with_the_roots_it_was_given_and_pings(
+    wire: tuple[MemoryObjectSendStream[bytes], FakeSession],
+) -> None:
+    send, fake = wire
+    async with holding(fake) as (stream, _tg):
         await send.send(event({"jsonrpc": "2.0", "id": 0, "method": ROOTS_METHOD}))
         await send.send(event({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}))
         await send.send(event({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
@@ -150,11 +159,8 @@ async def test_a_hand_over_keeps_what_it_had_not_handled_and_what_comes_after(
     wire: tuple[MemoryObjectSendStream[bytes], FakeSession],
 ) -> None:
     send, fake = wire
-    stream = PreparedStream(cast(ControlSession, fake), ROOTS)
-    await stream.open()
     ping = event({"jsonrpc": "2.0", "id": 7, "method": "ping"})
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(stream.run)
+    async with holding(fake) as (stream, _tg):
         await send.send(event({"jsonrpc": "2.0", "id": 6, "method": "ping"}) + ping[:10])  # half an event
         await async_wait_for(lambda: len(fake.answers) == 1)
         adopted = await stream.hand_over()
@@ -170,10 +176,7 @@ async def test_a_stream_the_worker_ended_is_not_handed_over(
     wire: tuple[MemoryObjectSendStream[bytes], FakeSession],
 ) -> None:
     send, fake = wire
-    stream = PreparedStream(cast(ControlSession, fake), ROOTS)
-    await stream.open()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(stream.run)
+    async with holding(fake) as (stream, _tg):
         send.close()  # the worker closed the session's GET stream (it ended the session)
         await async_wait_for(lambda: not stream.alive)
     assert await stream.hand_over() is None
@@ -185,10 +188,7 @@ async def test_a_refused_answer_does_not_stop_the_holder(
 ) -> None:
     send, fake = wire
     fake.refuse = True
-    stream = PreparedStream(cast(ControlSession, fake), ROOTS)
-    await stream.open()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(stream.run)
+    async with holding(fake) as (stream, _tg):
         await send.send(event({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
         await anyio.sleep(0.05)
         fake.refuse = False
@@ -214,10 +214,7 @@ async def test_a_hand_over_during_an_answer_waits_for_it(
         await record(message)
 
     fake.answer = slow_answer  # type: ignore[method-assign]
-    stream = PreparedStream(cast(ControlSession, fake), ROOTS)
-    await stream.open()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(stream.run)
+    async with holding(fake) as (stream, tg):
         await send.send(event({"jsonrpc": "2.0", "id": 0, "method": ROOTS_METHOD}))
         await answering.wait()
         handed: list[Any] = []
