@@ -45,6 +45,7 @@ from router.http.streaming import (
 from router.http.timing import request_timing
 from router.http.upstream import ConnectFailed, ConnectionBroken, UpstreamError, UpstreamResponse
 from router.sessions.manager import SessionManager
+from router.sessions.roots import ROOTS_CHANGED
 from router.sessions.table import Session, State
 from router.types import (
     H_CONTENT_LENGTH,
@@ -188,6 +189,12 @@ class McpEndpoint:
         """Notifications and the client's answers to the worker's requests: 202, no body.
 
         An answer goes to the worker that asked; one for a worker that is gone is dropped."""
+        if message.kind is Kind.RESPONSE and session.roots.take_answer(message.id, message.body):
+            await send_accepted(send, session)  # the router asked it (router/sessions/roots.py)
+            return
+        if message.method == ROOTS_CHANGED:  # still goes to the worker below
+            session.roots.changed()
+            session.ask_roots()
         connection = session.connection
         asker = session.asked.pop(message.id, None) if message.kind is Kind.RESPONSE else None
         if (

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from collections.abc import AsyncIterator
 from typing import Any, Final
 
 import anyio
@@ -39,6 +40,7 @@ class SessionStream:
     async def serve(self, session: Session, scope: Scope, receive: Receive, send: Send) -> None:
         with anyio.CancelScope() as cancel:
             await session.stream.claim(cancel)
+            session.ask_roots()  # before any worker asks, so a warm worker can be warmed with them
             try:
                 await send_start(send, 200, [(H_SESSION_ID.encode(), session.id.encode()), *SSE_HEADERS])
                 writer = Writer(send)
@@ -51,6 +53,7 @@ class SessionStream:
                     stop=self.stopping,
                 )
             finally:
+                session.roots.stream_lost()
                 session.stream.release(cancel)
         # Taken over, ended or stopped: the body ends either way (the client may be gone already).
         with contextlib.suppress(OSError):
@@ -92,11 +95,18 @@ class SessionStream:
     async def _relay_worker_stream(
         self, session: Session, scope: Scope, connection: WorkerConnection, worker_session_id: str, writer: Writer
     ) -> None:
-        headers = upstream_headers(scope["headers"], host=connection.host_header, worker_session_id=worker_session_id)
-        try:
-            upstream = await connection.send("GET", headers)
-        except UpstreamError:
-            return
+        adopted = session.take_adopted_stream(connection)
+        if adopted is not None:  # a warm worker's stream, open already (prepared_stream.py)
+            upstream, rest = adopted.upstream, adopted.rest
+        else:
+            headers = upstream_headers(
+                scope["headers"], host=connection.host_header, worker_session_id=worker_session_id
+            )
+            try:
+                upstream = await connection.send("GET", headers)
+            except UpstreamError:
+                return
+            rest = b""
         ready: anyio.Event | None = None
         try:
             if upstream.status_code != 200:
@@ -106,7 +116,7 @@ class SessionStream:
                 ready = session.relay_ready
                 ready.set()
             splitter = EventSplitter()
-            async for chunk in upstream.aiter_raw():
+            async for chunk in _after(rest, upstream.aiter_raw()):
                 try:
                     events = splitter.feed(chunk)
                 except EventTooLarge as exc:  # dropped whole; the events before it still go
@@ -128,3 +138,10 @@ class SessionStream:
                 # request waits for the next one, or the worker would ask into a closed stream.
                 session.relay_ready = anyio.Event()
 
+
+async def _after(first: bytes, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """``first`` (when not empty), then ``chunks``."""
+    if first:
+        yield first
+    async for chunk in chunks:
+        yield chunk

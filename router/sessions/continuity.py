@@ -31,6 +31,7 @@ from router.sessions.admission import Admission
 from router.sessions.bringup import BringUps
 from router.sessions.control import ControlError, ControlSession
 from router.sessions.handshake import HandshakeCache
+from router.sessions.prepared_stream import AdoptedStream, PreparedStream
 from router.sessions.restore import restore_browser
 from router.sessions.table import ENDED, RECORD_STATE, Session, State
 from workers.supervisor import Supervisor, Worker
@@ -41,6 +42,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mcp_router.continuity")
 
+# The client's answer to the roots/list the router asks when its GET stream opens (roots.py); a
+# client that declares roots and opens no stream waits this once, then its worker's session is new.
+ROOTS_WAIT: Final = 1.0
 SAVE_TIMEOUT: Final = 5.0  # a wedged worker must not hold a reap or a shutdown for long
 # Playwright writes and reads storage state only under the worker's output dir (or its cwd).
 SAVE_NAME: Final = ".router-storage-save.json"
@@ -110,13 +114,18 @@ class Continuity:
         control: ControlSession | None = None,
         connection: WorkerConnection | None = None,
         prepared: ControlSession | None = None,
+        prepared_stream: PreparedStream | None = None,
         reason: str | None = None,
         queued_since: float | None = None,
+        roots_wait: float = ROOTS_WAIT,
     ) -> dict[str, Any]:
         """A worker for ``session`` (``worker`` when one was taken from the pool, else a spawn):
         the client's handshake replayed, the control session opened, the browser restored.
         ``prepared``: a session the pool opened on ``worker`` ahead of time; when it was opened
         with the client's own initialize params it is the client's, and nothing is replayed.
+        ``prepared_stream``: its GET stream, when its first call was made with roots: then it is
+        the client's only if the client's roots are the same and its GET stream is open (their
+        answer awaited for ``roots_wait`` s: none at ``initialize``, before any stream).
         Called with ``session.lock`` held; raises ServiceUnavailable or WorkerUnreachable.
         Returns the worker's answer to the replayed ``initialize``.
 
@@ -125,10 +134,20 @@ class Continuity:
         sessions resuming at once on two cores otherwise all crawl together (measured here:
         each waited ~18 s), where queued, the first are back at once and the median halves."""
         if worker is not None:
-            if prepared is not None and prepared.opened_with != (session.initialize_params or None):
-                self.start_soon(prepared.close)  # another client's shape: the worker forgets it
-                prepared = None
-            return await self._attach(session, worker, control, connection, prepared, reason, time.monotonic())
+            adopted = None
+            if prepared is not None:
+                usable = prepared.opened_with == (session.initialize_params or None)
+                if usable and prepared_stream is not None:
+                    adopted = await prepared_stream.hand_over_to(session, roots_wait)
+                    usable = adopted is not None
+                elif prepared_stream is not None:
+                    self.start_soon(prepared_stream.close)
+                if not usable:
+                    self.start_soon(prepared.close)  # another client's shape or roots: the worker forgets it
+                    prepared = None
+            return await self._attach(
+                session, worker, control, connection, prepared, reason, time.monotonic(), adopted
+            )
         if queued_since is not None:
             return await self._attach(session, None, control, connection, None, reason, queued_since)
         queued = time.monotonic()
@@ -144,6 +163,7 @@ class Continuity:
         prepared: ControlSession | None,
         reason: str | None,
         queued: float,
+        adopted: AdoptedStream | None = None,
     ) -> dict[str, Any]:
         started = time.monotonic()
         if worker is None:
@@ -203,6 +223,9 @@ class Continuity:
         if session.state in ENDED:  # ended (DELETE, --end) while the worker was coming up
             await connection.aclose()
             return replay.initialize_result
+        if adopted is not None:  # relayed by the client's stream, which _bind wakes
+            session.adopted_stream = (connection, adopted)
+        session.worker_has_roots = adopted is not None
         self._bind(session, connection, worker_session_id, control)
         if reason is not None:
             session.resumed_notice = resumed_notice(reason) if restored else None
@@ -230,6 +253,7 @@ class Continuity:
             log.warning("worker session lost and not reopened session=%s: %s", session.id, exc)
             return False
         session.asked.clear()
+        session.worker_has_roots = False
         session.worker_switched()  # the client's GET stream follows the new worker session
         log.info("worker session reopened session=%s", session.id)
         return True

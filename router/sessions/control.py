@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 
 from router.http.sse import EventSplitter, EventTooLarge, event_json
-from router.http.upstream import UpstreamError
+from router.http.upstream import UpstreamError, UpstreamResponse
 from router.types import H_PROTOCOL_VERSION, H_SESSION_ID, JSON, SSE
 
 if TYPE_CHECKING:
@@ -143,6 +143,25 @@ class ControlSession:
         if result.get("isError") is True or text.startswith("### Error"):
             raise ControlError(f"{tool}: {text[:300]}")
         return text
+
+    async def answer(self, message: dict[str, Any]) -> None:
+        """A JSON-RPC answer to what the worker asked this session (a ping, ``roots/list``)."""
+        try:
+            await self._post(message)
+        except (UpstreamError, TimeoutError) as exc:
+            raise ControlError(f"answer refused: {type(exc).__name__}: {exc}") from exc
+
+    async def open_stream(self) -> UpstreamResponse:
+        """This session's GET stream on the worker (the caller reads and closes it)."""
+        headers = [(k, v) for k, v in self._headers() if k not in (b"content-type", b"accept")]
+        try:
+            response = await self.connection.send("GET", [*headers, (b"accept", SSE.encode())])
+        except UpstreamError as exc:
+            raise ControlError(f"stream refused: {exc}") from exc
+        if response.status_code != 200:
+            await response.aclose()
+            raise ControlError(f"stream refused: HTTP {response.status_code}")
+        return response
 
     async def list_tools(self) -> dict[str, Any]:
         """The worker's whole ``tools/list`` result."""

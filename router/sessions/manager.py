@@ -273,7 +273,7 @@ class SessionManager:
                 if warm is not None:
                     result = await self.continuity.attach(
                         session, worker=warm.worker, control=warm.control, connection=warm.connection,
-                        prepared=warm.client,
+                        prepared=warm.client, prepared_stream=warm.stream, roots_wait=0,
                     )  # fmt: skip
                 else:
                     result = await self.continuity.attach(session)
@@ -442,8 +442,10 @@ class SessionManager:
                 if warm is not None:
                     await self.continuity.attach(
                         session, worker=warm.worker, control=warm.control, connection=warm.connection,
-                        prepared=warm.client, reason=reason,
+                        prepared=warm.client, prepared_stream=warm.stream, reason=reason,
                     )  # fmt: skip
+                if session.roots.known is not None:  # the next warm worker's session is warmed with them
+                    self.pool.expect_roots(session.roots.known)
                 return True
         return False
 

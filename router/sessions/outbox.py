@@ -41,6 +41,11 @@ class Outbox:
         self._pending.append(message)
         self._ready.set()
 
+    def request(self, message: dict[str, Any]) -> None:
+        """A request of the router's own (its id chosen by the caller), sent as it is."""
+        self._pending.append(message)
+        self._ready.set()
+
     def take(self) -> list[dict[str, Any]]:
         taken = list(self._pending)
         self._pending.clear()

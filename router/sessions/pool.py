@@ -34,6 +34,8 @@ from router.http.proxy import WorkerConnection
 from router.sessions.admission import Admission
 from router.sessions.bringup import BringUps, default_bring_ups
 from router.sessions.control import ControlError, ControlSession
+from router.sessions.prepared_stream import PreparedStream, close_prepared
+from router.sessions.roots import Roots, declares_roots
 from router.sessions.table import mint_session_id
 from workers._exceptions import WorkerError
 from workers.supervisor import Supervisor, Worker
@@ -67,6 +69,8 @@ class Pooled:
     control: ControlSession | None = None
     # The next client's MCP session, opened ahead with the last client's initialize (see prepare).
     client: ControlSession | None = None
+    # Its GET stream, held while the client's roots answer the worker (a shape with ``roots``).
+    stream: PreparedStream | None = None
     browser: bool = False  # the worker has the browser tools (a stand-in worker has none)
     ready: bool = False
     started: bool = False  # holds a bring-up slot: spawning or launching, not queued
@@ -108,12 +112,20 @@ class WarmPool:
         self._retry_at = 0.0
         self._stopping = False
         self._shape: dict[str, Any] | None = None  # the last client's initialize params
+        self._roots: Roots | None = None  # the roots the last client that declared any gave
 
     def expect(self, initialize_params: dict[str, Any]) -> None:
         """The shape of the next client's ``initialize`` (the last one seen): ready workers get
         an MCP session opened with it ahead of time, so the first call does not pay for one."""
         if initialize_params:
             self._shape = dict(initialize_params)  # taken up by the refill task's next round
+
+    def expect_roots(self, roots: Roots) -> None:
+        """The roots of the next client that declares ``roots`` (the last ones seen): ready
+        workers' prepared sessions make their first call with them (prepared_stream.py)."""
+        if roots != self._roots:
+            self._roots = list(roots)
+            self._signal()
 
     # -- queries ---------------------------------------------------------------------------------
 
@@ -139,6 +151,15 @@ class WarmPool:
             e.client.session_id
             for e in list(self._entries.values())  # read from other threads by tests
             if e.ready and e.client is not None and e.client.session_id and e.client.opened_with == initialize_params
+        ]
+
+    def warmed_sessions(self) -> list[str]:
+        """Worker-side ids of the ready workers' prepared sessions that made their first call
+        with a client's roots, their GET stream still held."""
+        return [
+            e.client.session_id
+            for e in list(self._entries.values())  # read from other threads by tests
+            if e.ready and e.client is not None and e.client.session_id and e.stream is not None and e.stream.alive
         ]
 
     # -- handing out -----------------------------------------------------------------------------
@@ -292,7 +313,7 @@ class WarmPool:
                         await entry.control.call(WARM_TOOL, WARM_ARGS)
                         await entry.control.call(*WARM_NAVIGATE)
                     entry.warmed_at = time.monotonic()
-                    entry.client = await self._open_client(entry)
+                    entry.client, entry.stream = await self._open_client(entry)
                 if entry.worker.alive() and self._entries.get(entry.id) is entry:
                     entry.ready = True
         except Exception as exc:  # the pool is an optimisation: it must never take the router down
@@ -319,42 +340,54 @@ class WarmPool:
                 entry.id, worker.port, worker.pid, (time.monotonic() - started) * 1000, len(self), self.target(),
             )  # fmt: skip
 
-    async def _open_client(self, entry: Pooled) -> ControlSession | None:
+    async def _open_client(self, entry: Pooled) -> tuple[ControlSession | None, PreparedStream | None]:
         """An MCP session opened with the last client's initialize params, to be handed to the
-        next client whose params are the same (Continuity.attach). Without ``roots`` it also
-        makes one tool call: the worker attaches a session to its browser at the session's first
-        call (~50 ms here), and that is then spent already. With ``roots`` the worker would ask
-        the client's roots at that call, which only the client can answer: it is left to the
-        client's own first call. None when there is no shape yet or the worker refused."""
-        shape, connection = self._shape, entry.connection
+        next client whose params are the same (Continuity.attach). It also makes one tool call:
+        the worker attaches a session to its browser at the session's first call (~50 ms here),
+        and that is then spent already. With ``roots`` the worker asks them at that call: the
+        pool holds the session's GET stream and answers with the last client's roots, and the
+        session goes only to a client with the same (without known roots it makes no call).
+        None when there is no shape yet or the worker refused."""
+        shape, connection, roots = self._shape, entry.connection, self._roots
         if shape is None or connection is None or entry.worker is None:
-            return None
+            return None, None
         client = ControlSession(connection)
+        stream: PreparedStream | None = None
         try:
             await client.open(shape)
-            capabilities = shape.get("capabilities")
-            if entry.browser and not (isinstance(capabilities, dict) and "roots" in capabilities):
+            if declares_roots(shape) and roots is not None and entry.browser:
+                stream = PreparedStream(client, roots)
+                await stream.open()
+                self.start_soon(stream.run)
+            if entry.browser and (stream is not None or not declares_roots(shape)):
                 await client.call(WARM_TOOL, WARM_ARGS)
         except ControlError as exc:
             log.info("warm worker's client session not prepared id=%s: %s", entry.id, exc)
-            return None
-        return client
+            if stream is not None:
+                await stream.close()
+            return None, None
+        return client, stream
 
     async def _prepare_ready(self) -> None:
         """Ready workers whose prepared session no longer matches the last client's shape get a
         new one (the old one is closed: the worker keeps no session nobody will use)."""
         for entry in [e for e in self._entries.values() if e.ready]:
-            old = entry.client
-            if self._shape is None or (old is not None and old.opened_with == self._shape):
+            old, old_stream = entry.client, entry.stream
+            if self._shape is None or (old is not None and old.opened_with == self._shape and self._warmed(entry)):
                 continue
-            client = await self._open_client(entry)
+            client, stream = await self._open_client(entry)
             if self._entries.get(entry.id) is not entry:  # taken meanwhile: that attach replays
-                if client is not None:
-                    await client.close()
+                await close_prepared(client, stream)
                 continue
-            entry.client = client
-            if old is not None:
-                await old.close()
+            entry.client, entry.stream = client, stream
+            await close_prepared(old, old_stream)
+
+    def _warmed(self, entry: Pooled) -> bool:
+        """The prepared session made its first call with the roots the next client should have
+        (trivially, without ``roots`` or before any roots are known)."""
+        if not declares_roots(self._shape) or self._roots is None or not entry.browser:
+            return True
+        return entry.stream is not None and entry.stream.alive and entry.stream.roots == self._roots
 
     async def _keep_warm(self) -> None:
         now = time.monotonic()
@@ -390,6 +423,8 @@ class WarmPool:
         """Ends the worker, deletes its directory, frees its slot (last, with no await after it,
         so an evicting caller takes the slot before the refill task can run)."""
         with anyio.CancelScope(shield=True):
+            if entry.stream is not None:
+                await entry.stream.close()
             if entry.connection is not None:
                 await entry.connection.aclose()
             await self.supervisor.forget(entry.id)

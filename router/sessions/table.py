@@ -15,11 +15,13 @@ import anyio
 
 from router.http.errors import BadRequest
 from router.sessions.outbox import Outbox
+from router.sessions.roots import ClientRoots, declares_roots
 from workers.health import RestartBudget
 
 if TYPE_CHECKING:
     from router.http.proxy import WorkerConnection
     from router.sessions.control import ControlSession
+    from router.sessions.prepared_stream import AdoptedStream
 
 MAX_ASKED = 64  # the worker's open requests to the client we remember, to route the answers
 SESSION_ID_BYTES = 24  # 192 random bits, 32 URL-safe characters
@@ -121,6 +123,25 @@ class Session:
     gone: anyio.Event = field(default_factory=anyio.Event)  # set once it has ended for good
     # The router's own notifications for the client's GET stream, and its resource subscriptions.
     outbox: Outbox = field(default_factory=Outbox)
+    roots: ClientRoots = field(default_factory=ClientRoots)  # the client's, as the router asked them
+    # A warm worker's GET stream, still open, for the client's stream to relay (prepared_stream.py).
+    adopted_stream: tuple[WorkerConnection, AdoptedStream] | None = None
+    # The worker's session made its first call with the client's roots, given by the router: the
+    # worker will not ask the client for them.
+    worker_has_roots: bool = False
+
+    def ask_roots(self) -> None:
+        """Asks the client its roots on its GET stream (held), unless known or asked already."""
+        if self.stream.held and declares_roots(self.initialize_params):
+            question = self.roots.question()
+            if question is not None:
+                self.outbox.request(question)
+
+    def take_adopted_stream(self, connection: WorkerConnection) -> AdoptedStream | None:
+        adopted, self.adopted_stream = self.adopted_stream, None
+        if adopted is None or adopted[0] is not connection:
+            return None
+        return adopted[1]
 
     def worker_switched(self) -> None:
         """Wakes whoever follows the session's worker (the client's GET stream)."""

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from bench_lib import commit, handshakes, handshakes_report, node_start, profile, report
+from bench_lib import commit, handshakes, handshakes_report, handshakes_resume, node_start, profile, report
 from bench_lib import measure as m
 from bench_lib.client import McpSession
 from bench_lib.page import serve_page
@@ -66,7 +66,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--only",
         default="latency,init,handshakes,node,commit,memory,throughput",
-        help="phases to run (comma-separated; `--only handshakes` alone takes 1–2 min)",
+        help="phases to run (comma-separated; `--only handshakes` alone takes 1–2 min; `first-calls`: "
+        "only its first call after a warm initialize, ~1 min)",
     )
     p.add_argument(
         "--handshakes-at-once", type=int, default=20, help="concurrent Claude-Code-shaped handshakes (default 20)"
@@ -261,6 +262,12 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
         m.say(f"node: the worker's node start-up, {a.node_reps} rounds")
         starts = node_start.node_starts(env, a.node_reps, v8_compile_cache=a.v8_compile_cache, newer_node=a.newer_node)
         out += [*node_start.table(starts), ""]
+
+    if "first-calls" in a.only and "handshakes" not in a.only:  # the handshakes phase has them
+        m.say(f"first call after a warm initialize, {a.reps} conversations per client shape")
+        rows = await handshakes_resume.first_calls(env, page, a.reps)
+        out += [*handshakes_report.first_call_table(rows), ""]
+        goals += handshakes_report.first_call_goals(rows)
 
     if "commit" in a.only:
         m.say("commit: the record's flush_rows() on a tool answer's path, in-process")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 from bench_lib.handshakes import PING_WITHIN, HandshakeResults
+from bench_lib.handshakes_resume import STEADY_CALLS, FirstCallRow
 from bench_lib.measure import med_ms, pct
 from bench_lib.report import Goal
 
@@ -66,22 +67,40 @@ def tables(r: HandshakeResults) -> list[str]:
     return out + resume_tables(r)
 
 
-def resume_tables(r: HandshakeResults) -> list[str]:
+def first_call_table(rows: list[FirstCallRow]) -> list[str]:
     out: list[str] = []
-    if r.first_calls:
+    if rows:
         out += [
             "",
             "### First call after a warm `initialize` (`--warm-workers 1`; `browser_navigate`, then "
-            f"{3} more on the same session)",
+            f"{STEADY_CALLS} more on the same session)",
             "",
             "| client | n | first call p50 ms | steady p50 ms | first ÷ steady | note |",
             "|---|---:|---:|---:|---:|---|",
         ]
-        for row in r.first_calls:
+        for row in rows:
             ratio = f"{pct(row.first, 50) / pct(row.steady, 50):.2f}×" if row.first and row.steady else "—"
             out.append(
                 f"| {row.label} | {len(row.first)} | {_ms(row.first)} | {_ms(row.steady)} | {ratio} | {row.note} |"
             )
+    return out
+
+
+def first_call_goals(rows: list[FirstCallRow]) -> list[Goal]:
+    return [
+        Goal(
+            f"first call after warm `initialize` ÷ steady call ({row.label})",
+            pct(row.first, 50) / pct(row.steady, 50) if row.first and row.steady else None,
+            1.2,
+            note=f"{_ms(row.first)} ms vs {_ms(row.steady)} ms",
+        )
+        for row in rows
+    ]
+
+
+def resume_tables(r: HandshakeResults) -> list[str]:
+    out: list[str] = []
+    out += first_call_table(r.first_calls)
     resumed, once = r.resumed, r.at_once
     out += [
         "",
@@ -131,15 +150,7 @@ def goals(r: HandshakeResults) -> list[Goal]:
             note=f"direct worker's click: {_ms(r.direct_click.calls)} ms{fails}",
         )
     )
-    for row in r.first_calls:
-        out.append(
-            Goal(
-                f"first call after warm `initialize` ÷ steady call ({row.label})",
-                pct(row.first, 50) / pct(row.steady, 50) if row.first and row.steady else None,
-                1.2,
-                note=f"{_ms(row.first)} ms vs {_ms(row.steady)} ms",
-            )
-        )
+    out += first_call_goals(r.first_calls)
     once = r.at_once
     if once is not None:
         out.append(

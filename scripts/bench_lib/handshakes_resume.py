@@ -73,7 +73,10 @@ async def first_calls(env: Env, page: str, reps: int) -> list[FirstCallRow]:
     """A router with one warm worker: each new conversation's first ``browser_navigate`` lands in
     the pool's browser, on the MCP session the pool prepared in that client's shape."""
     plain = FirstCallRow("no capabilities declared", note="the pool made one call on the prepared session")
-    cc = FirstCallRow("Claude-Code-shaped (roots + elicitation, GET stream)", note="includes the roots/list round trip")
+    cc = FirstCallRow(
+        "Claude-Code-shaped (roots + elicitation, GET stream)",
+        note="the pool made one call on the prepared session, with the roots the router had asked the last client",
+    )
     router = start_router(env, "router-first-call", "--warm-workers", "1")
     try:
         for row, conversation in ((plain, _plain_conversation), (cc, _cc_conversation)):

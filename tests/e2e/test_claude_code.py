@@ -123,9 +123,11 @@ def sign_in(cc: ClaudeCodeClient, pages: str, tag: str) -> Before:
     return Before(tag, ref, f"{pages}/app", cc.session_id, status["pings_answered"], status["roots_list_answered"])
 
 
-def carries_on(cc: ClaudeCodeClient, before: Before) -> None:
+def carries_on(cc: ClaudeCodeClient, before: Before, router: RouterThread | None = None) -> None:
     """The first call after the change: the old ref clicks within ANSWER_WITHIN seconds, on the
-    same page with the same session cookie, and the new worker's roots/list and pings cross."""
+    same page with the same session cookie, and the new worker's roots/list and pings cross.
+    A warm worker's session may have had the client's roots from the router already (``router``
+    tells): that worker does not ask."""
     answer = cc.call_raw("browser_click", {"target": before.ref, "element": "Continue button"}, timeout=CALL_LIMIT)
     text, seconds = str(answer["text"]), float(answer["seconds"])
     assert not answer["is_error"] and "### Error" not in text, f"the click on {before.ref} failed: {text}"
@@ -137,7 +139,7 @@ def carries_on(cc: ClaudeCodeClient, before: Before) -> None:
     cookies, _ = cc.call("browser_evaluate", timeout=CALL_LIMIT, function="() => document.cookie")
     assert f"session={before.tag}" in cookies, cookies
     cc.wait_status(
-        lambda s: s["roots_list_answered"] > before.roots,
+        lambda s: s["roots_list_answered"] > before.roots or worker_has_roots(router, before.session_id),
         timeout=PINGS_WITHIN,
         what="the new worker's roots/list answered through the client's stream",
     )
@@ -149,6 +151,12 @@ def carries_on(cc: ClaudeCodeClient, before: Before) -> None:
     final = cc.status()
     assert final["session_id"] == before.session_id
     assert final["deletes"] == 0
+
+
+def worker_has_roots(router: RouterThread | None, session_id: str) -> bool:
+    """The session's worker took the client's roots from the router (router/sessions/roots.py)."""
+    session = router.manager.sessions.get(session_id) if router is not None else None
+    return session is not None and session.worker_has_roots
 
 
 def worker_pid(base: str, session_id: str) -> int | None:
@@ -229,13 +237,14 @@ def test_pause_past_the_idle_timeout_then_click_the_old_ref(reaping: RouterThrea
         # The pause: no client request until the router has reaped the worker.
         wait_worker_gone(reaping, cc.session_id, worker_of(reaping, cc.session_id))
         # Meanwhile the resume reserve readied a worker with an MCP session opened in this
-        # client's shape (roots declared: no call made on it, so the worker has not asked yet).
+        # client's shape, whose first call was made with the roots the router had from the client.
         session = reaping.manager.sessions.get(cc.session_id)
         assert session is not None
         pool = reaping.manager.pool
         prepared = wait_for(lambda: pool.prepared_sessions(session.initialize_params), timeout=RESERVE_READY)
-        carries_on(cc, before)  # the worker's roots/list reached the client's stream, the answer came back
+        carries_on(cc, before, reaping)  # the worker's roots/list reached the client's stream, or the router's
         assert session.worker_session_id in prepared, "the resume replayed a handshake instead of taking it"
+        assert session.worker_has_roots, "the reserve's session did not make its first call with the client's roots"
 
 
 def test_pause_after_a_second_navigation_then_click_the_old_ref(reaping: RouterThread, pages: str) -> None:
@@ -245,7 +254,7 @@ def test_pause_after_a_second_navigation_then_click_the_old_ref(reaping: RouterT
         cc.call("browser_navigate", url=f"{pages}/second")
         before = sign_in(cc, pages, "renav")
         wait_worker_gone(reaping, cc.session_id, worker_of(reaping, cc.session_id))
-        carries_on(cc, before)
+        carries_on(cc, before, reaping)
 
 
 def test_worker_kill_9_then_call(steady: RouterThread, pages: str) -> None:
@@ -259,7 +268,7 @@ def test_worker_kill_9_then_call(steady: RouterThread, pages: str) -> None:
         wait_for(lambda: dead(pid), timeout=WORKER_GONE)
         # Once the router has noticed (as it would during any pause): the call does not race the crash.
         wait_for(lambda: worker_pid(base_of(steady), cc.session_id) != pid, timeout=WORKER_GONE)
-        carries_on(cc, before)
+        carries_on(cc, before, steady)
 
 
 def test_hibernation_then_call(steady: RouterThread, pages: str) -> None:
@@ -274,7 +283,7 @@ def test_hibernation_then_call(steady: RouterThread, pages: str) -> None:
         )
         assert response.status_code == 200, response.text
         wait_worker_gone(steady, cc.session_id, worker)
-        carries_on(cc, before)
+        carries_on(cc, before, steady)
 
 
 def test_router_sigkill_and_restart_then_call(state_dir: Path, chromium: str, pages: str) -> None:

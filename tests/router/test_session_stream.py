@@ -15,6 +15,7 @@ from typing import Any, Final
 import httpx
 import pytest
 
+from router.sessions.roots import ROUTER_ID_PREFIX
 from tests.support import RawClient, RouterThread, auth_headers, iter_sse, router_settings, wait_for
 from workers.orphans import processes_for
 
@@ -32,7 +33,8 @@ class HeldStream:
         self.tag = tag
         self.status: int | None = None
         self.comments = 0
-        self.asked: list[Any] = []  # ids of the roots/list requests that came this way
+        self.asked: list[Any] = []  # ids of the workers' roots/list requests that came this way
+        self.router_asked = 0  # the router's own roots/list (router/sessions/roots.py)
         self.answer_statuses: list[int] = []
         self.opened = threading.Event()
         self.ended = threading.Event()
@@ -67,14 +69,20 @@ class HeldStream:
             self.ended.set()
 
     def _answer(self, request_id: Any) -> None:
+        router_asked = str(request_id).startswith(ROUTER_ID_PREFIX)
         with self._lock:
-            self.asked.append(request_id)
-            uri = f"file:///{self.tag}/{len(self.asked)}"
+            if router_asked:
+                self.router_asked += 1
+                uri = f"file:///{self.tag}/router"
+            else:
+                self.asked.append(request_id)
+                uri = f"file:///{self.tag}/{len(self.asked)}"
         with RawClient(self.url) as other:
             other.session_id = self.session_id
             status = other.post({"jsonrpc": "2.0", "id": request_id, "result": {"roots": [{"uri": uri}]}}).status_code
         with self._lock:
-            self.answer_statuses.append(status)
+            if not router_asked:
+                self.answer_statuses.append(status)
 
     def keepalives_after(self, count: int, more: int = 2) -> bool:
         with self._lock:
@@ -119,6 +127,7 @@ def test_the_get_stream_follows_the_session_across_a_reap(reaping: RouterThread)
         stream = HeldStream(c.url, sid, "a").start()
         wait_for(lambda: stream.keepalives_after(0), timeout=5)
         assert not processes_for(state, sid), "a GET never starts a worker"
+        wait_for(lambda: stream.router_asked == 1, timeout=5)  # the router asks the client's roots itself
 
         assert c.text("roots") == "file:///a/1"
         wait_for(lambda: not processes_for(state, sid), timeout=10)  # reaped as idle

@@ -1,0 +1,147 @@
+"""The GET stream of a warm worker's prepared session that declares ``roots``, held by the router
+until a client takes the session over.
+
+With ``roots`` declared, @playwright/mcp asks ``roots/list`` on the session's GET stream at its
+first tool call and only then attaches the session to its browser (~50 ms here), and once a GET
+stream has been open it pings every 3 s and closes the session when a ping goes unanswered for
+5 s. So the pool holds the stream: it answers ``roots/list`` with the roots the last client gave
+(router/sessions/roots.py) and every ping, which lets the prepared session make its first call
+before any client asks. The session is handed over only to a client whose roots are the same,
+and the stream with it, still open: the client's GET stream relays it from where the holder
+stopped reading (a stream closed and reopened would drop a ping sent in between, and the worker
+would close the session 5 s later).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+
+from router.http.sse import EventSplitter, EventTooLarge, event_json
+from router.http.upstream import UpstreamError, UpstreamResponse
+from router.sessions.control import ControlError, ControlSession
+from router.sessions.roots import ROOTS_METHOD, Roots
+
+if TYPE_CHECKING:
+    from router.sessions.table import Session
+
+log = logging.getLogger("mcp_router.pool")
+
+METHOD_NOT_FOUND: Final = -32601
+# A reader that does not stop within this (its task never ran) gives the session up instead.
+HAND_OVER_WAIT: Final = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class AdoptedStream:
+    """A worker's GET stream handed to a client's: ``rest`` was read but not yet relayed."""
+
+    upstream: UpstreamResponse
+    rest: bytes
+
+
+class PreparedStream:
+    """``open()``, then ``run()`` in a task of its own, then ``hand_over()`` or ``close()``."""
+
+    def __init__(self, session: ControlSession, roots: Roots) -> None:
+        self.session = session
+        self.roots = roots
+        self._upstream: UpstreamResponse | None = None
+        self._splitter = EventSplitter()
+        self._scope = anyio.CancelScope()
+        self._stopped = anyio.Event()
+        self._broken = False
+
+    @property
+    def alive(self) -> bool:
+        return self._upstream is not None and not self._broken
+
+    async def open(self) -> None:
+        self._upstream = await self.session.open_stream()
+
+    async def run(self) -> None:
+        """Reads the stream and answers what the worker asks, until handed over or closed.
+        Only ever stopped while waiting for bytes: what it read and did not handle stays in the
+        splitter, for the client's stream to relay."""
+        upstream = self._upstream
+        try:
+            if upstream is None:
+                return
+            with self._scope:
+                async for chunk in upstream.aiter_raw():
+                    try:
+                        events = self._splitter.feed(chunk)
+                    except EventTooLarge as exc:
+                        events = exc.events
+                    for event in events:
+                        await self._answer(event_json(event))
+                self._broken = True  # the worker ended it: the session is no use any more
+        except UpstreamError:
+            self._broken = True
+        finally:
+            self._stopped.set()
+
+    async def _answer(self, message: Any) -> None:
+        if not (isinstance(message, dict) and "method" in message and "id" in message):
+            return  # a notification (tools/list_changed): nothing to answer
+        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": message["id"]}
+        if message["method"] == ROOTS_METHOD:
+            reply["result"] = {"roots": self.roots}
+        elif message["method"] == "ping":
+            reply["result"] = {}
+        else:
+            reply["error"] = {"code": METHOD_NOT_FOUND, "message": f"Method not found: {message['method']}"}
+        # Shielded: a hand-over must not cut an answer the worker is waiting for.
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.session.answer(reply)
+            except ControlError as exc:
+                log.debug("prepared session's answer refused: %s", exc)
+
+    async def hand_over_to(self, session: Session, wait: float) -> AdoptedStream | None:
+        """The open stream, for ``session``'s client when its roots (awaited ``wait`` s: Claude
+        Code's GET stream may be a moment behind its first call) are the ones this session's
+        first call was made with and its GET stream is open to relay it; else closed, and the
+        caller lets the prepared session go too."""
+        roots = None
+        with anyio.move_on_after(wait):
+            roots = await session.roots.answered()
+        same = roots is not None and roots == self.roots and session.stream.held
+        adopted = await self.hand_over() if same else None
+        if adopted is None:
+            log.info(
+                "warm worker's prepared session not handed over session=%s stream=%s roots=%s",
+                session.id, "open" if session.stream.held else "absent",
+                "unknown" if roots is None else ("same" if roots == self.roots else "different"),
+            )  # fmt: skip
+            await self.close()
+        return adopted
+
+    async def hand_over(self) -> AdoptedStream | None:
+        """Stops reading and gives the open stream away (None: it has ended already)."""
+        self._scope.cancel()
+        with anyio.move_on_after(HAND_OVER_WAIT):
+            await self._stopped.wait()
+        upstream, self._upstream = self._upstream, None
+        if upstream is None or self._broken or not self._stopped.is_set():
+            if upstream is not None:
+                await upstream.aclose()
+            return None
+        return AdoptedStream(upstream, self._splitter.rest())
+
+    async def close(self) -> None:
+        self._scope.cancel()
+        upstream, self._upstream = self._upstream, None
+        if upstream is not None:
+            await upstream.aclose()
+
+
+async def close_prepared(client: ControlSession | None, stream: PreparedStream | None) -> None:
+    """The worker forgets a prepared session nobody will use (and stops pinging it)."""
+    if stream is not None:
+        await stream.close()
+    if client is not None:
+        await client.close()

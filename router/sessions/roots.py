@@ -1,0 +1,80 @@
+"""The client's roots, asked by the router itself as soon as the client's GET stream opens.
+
+@playwright/mcp asks ``roots/list`` once per MCP session, at its first tool call, and only then
+attaches that session to its browser (~50 ms here): a client that declares ``roots`` pays both on
+its first call. Knowing the client's roots before that call lets a warm worker's prepared session
+make its first call ahead of time with the same roots (router/sessions/prepared_stream.py), and
+hand it over only when they are the same. The question goes on the client's GET stream (where
+Claude Code answers it by POST) under an id of the router's own, and its answer never reaches a
+worker. ``notifications/roots/list_changed`` (the spec: a client that declared ``listChanged``
+sends it when its roots change) forgets the answer; the next GET stream asks again.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Final
+
+import anyio
+
+ROOTS_METHOD: Final = "roots/list"
+ROOTS_CHANGED: Final = "notifications/roots/list_changed"
+# Ids the router puts on its own questions to a client; a worker's are integers.
+ROUTER_ID_PREFIX: Final = "mcp-router-roots-"
+
+Roots = list[dict[str, Any]]
+
+
+def declares_roots(initialize_params: dict[str, Any] | None) -> bool:
+    capabilities = (initialize_params or {}).get("capabilities")
+    return isinstance(capabilities, dict) and "roots" in capabilities
+
+
+class ClientRoots:
+    """One session's view of its client's roots: unknown, asked, known, or refused."""
+
+    def __init__(self) -> None:
+        self.known: Roots | None = None
+        self._asked: str | None = None  # the id of our question still unanswered
+        self._settled = anyio.Event()  # set once the client answered (roots, or an error)
+        self._ids = itertools.count(1)
+
+    @property
+    def pending(self) -> bool:
+        return self._asked is not None
+
+    def question(self) -> dict[str, Any] | None:
+        """The request to send the client now, or None (answered already, or asked already)."""
+        if self._settled.is_set() or self._asked is not None:
+            return None
+        self._asked = f"{ROUTER_ID_PREFIX}{next(self._ids)}"
+        return {"jsonrpc": "2.0", "id": self._asked, "method": ROOTS_METHOD}
+
+    def take_answer(self, request_id: Any, body: dict[str, Any]) -> bool:
+        """True when ``body`` answers one of our questions (it is then ours, not a worker's)."""
+        if not (isinstance(request_id, str) and request_id.startswith(ROUTER_ID_PREFIX)):
+            return False
+        if request_id == self._asked:
+            self._asked = None
+            result = body.get("result")
+            roots = result.get("roots") if isinstance(result, dict) else None
+            if isinstance(roots, list) and all(isinstance(r, dict) for r in roots):
+                self.known = roots
+            self._settled.set()
+        return True  # a stale answer of ours (asked before a change) is dropped too
+
+    def changed(self) -> None:
+        """The client's roots changed: what we knew is stale, and so is a question in flight."""
+        self.known = None
+        self._asked = None
+        if self._settled.is_set():
+            self._settled = anyio.Event()
+
+    def stream_lost(self) -> None:
+        """The stream that carried our question ended: ask again on the next one."""
+        self._asked = None
+
+    async def answered(self) -> Roots | None:
+        """The roots, once the client has answered (None: it answered with an error)."""
+        await self._settled.wait()
+        return self.known
