@@ -166,9 +166,9 @@ def create_app(settings: Settings) -> Starlette:
         tool_policy=ToolPolicy.build(
             worker_args=settings.worker_args, allow=settings.allow_tools, deny=settings.deny_tools
         ),
-        cached_answer=manager.cached_answer,
+        cached_answer=manager.requests.cached_answer,
         renew_browser=manager.renew_browser,
-        on_tool_answer=manager.on_tool_answer,
+        on_tool_answer=manager.continuity.on_tool_answer,
         catalog=Catalog(
             ResourceCatalog(
                 records=lambda: recorder.records if recorder is not None else None,

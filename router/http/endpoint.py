@@ -131,7 +131,7 @@ class McpEndpoint:
                 await send_json(send, answer, session, status=200)
                 return
             # Gives the session a worker first (spawn or resume: replayed handshake, restored browser).
-            async with self.manager.serving(session, message) as started_worker:
+            async with self.manager.requests.serving(session, message) as started_worker:
                 if timing is not None and started_worker:
                     timing.started_worker = True
                 await self._forward_request(session, scope, receive, send, exchange)
@@ -273,21 +273,21 @@ class McpEndpoint:
         except ConnectFailed:
             # Refused: the worker died a moment ago and nothing was delivered, so the request can
             # go to a resumed worker instead (the exit may not have been noticed yet).
-            connection = await self.manager.replace_dead_worker(session, connection)
+            connection = await self.manager.requests.replace_dead_worker(session, connection)
             return await connection.send("POST", headers(), message.raw)
         except ConnectionBroken:
             # A kept-alive socket of a worker killed a moment ago: nobody listens any more, so
             # nothing answered it either. A worker that still listens broke mid-request: 502.
             if await accepts(connection.worker.port):
                 raise
-            connection = await self.manager.replace_dead_worker(session, connection)
+            connection = await self.manager.requests.replace_dead_worker(session, connection)
             return await connection.send("POST", headers(), message.raw)
         if upstream.status_code != 404:
             return upstream
         # The worker ended our MCP session (a ping that went unanswered while the client's stream
         # was away) but lives on, browser and all: nothing was done, so a new session may redo it.
         await upstream.aclose()
-        if not await self.manager.reopen_worker_session(session, connection):
+        if not await self.manager.requests.reopen_worker_session(session, connection):
             raise WorkerUnreachable("Worker lost the session and refused a new one", data={"session": session.id})
         return await connection.send("POST", headers(), message.raw)
 

@@ -20,13 +20,20 @@ import hashlib
 import json
 import logging
 import os
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
 
 from router.http.proxy import WorkerConnection
-from router.sessions.control import ControlSession
-from workers.supervisor import Worker
+from router.sessions.control import ControlError, ControlSession
+from workers._exceptions import WorkerError
+from workers.supervisor import Supervisor, Worker
+
+if TYPE_CHECKING:
+    from router.sessions.admission import Admission
 
 log = logging.getLogger("mcp_router.handshake")
 
@@ -144,3 +151,24 @@ async def fill_cache(cache: HandshakeCache, worker: Worker, versions: Iterable[s
             await probe.close()
     finally:
         await connection.aclose()
+
+
+async def probe(
+    cache: HandshakeCache, versions: Iterable[str], *, supervisor: Supervisor, admission: Admission, worker_id: str
+) -> None:
+    """Fills the cache from a worker of its own (``worker_id``; it launches no browser), then
+    ends it. A failure is logged: sessions then start their workers at once."""
+    if not admission.try_admit(worker_id):
+        return
+    started = time.monotonic()
+    try:
+        # Straight to the supervisor: a probe is not a session's spawn (metrics, failure memory).
+        worker = await supervisor.spawn(worker_id)
+        await fill_cache(cache, worker, versions)
+        log.info("handshake cache filled ms=%.0f", (time.monotonic() - started) * 1000)
+    except (ControlError, WorkerError) as exc:
+        log.warning("handshake probe failed (sessions start their workers at once): %s", exc)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await supervisor.forget(worker_id)
+        admission.release(worker_id)

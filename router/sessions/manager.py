@@ -8,8 +8,8 @@ a hibernation or a restart of the router (router/sessions/continuity.py). Only D
 retention or the user end a session for good.
 
 The parts, each with its own concern: ``Admission`` (worker slots and spawning), ``WarmPool``
-(workers spawned ahead), ``Continuity`` (taking workers up and letting them go) and ``Upkeep``
-(the background loops).
+(workers spawned ahead), ``Continuity`` (taking workers up and letting them go),
+``RequestServing`` (a worker for each client request) and ``Upkeep`` (the background loops).
 """
 
 from __future__ import annotations
@@ -26,29 +26,26 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
-from router.http.errors import ServiceUnavailable, SessionNotFound, TooManyRequests, WorkerUnreachable
+from router.http.errors import ServiceUnavailable, SessionNotFound, TooManyRequests
 from router.http.messages import ClientMessage
-from router.http.proxy import WorkerConnection
 from router.layout import StateLayout
 from router.sessions import statefiles
 from router.sessions.admission import Admission, RateLimit
 from router.sessions.bringup import BringUps, default_bring_ups, room_for_another_warm_worker
-from router.sessions.continuity import RESUME_REASONS, Continuity
-from router.sessions.control import ControlError
-from router.sessions.handshake import HandshakeCache, fill_cache
+from router.sessions.continuity import Continuity
+from router.sessions.handshake import HandshakeCache, probe
 from router.sessions.nodes import check_owner
 from router.sessions.pool import WarmPool
+from router.sessions.serving import RequestServing
 from router.sessions.table import DORMANT, ENDED, RECORD_STATE, Session, SessionTable, State, check_session_id
 from router.sessions.upkeep import Upkeep
 from router.types import HANDSHAKE_VERSIONS
-from workers._exceptions import WorkerError
 from workers.health import HEALTH_INTERVAL, RestartBudget
 from workers.supervisor import Supervisor
 
 if TYPE_CHECKING:
     from router.operator.metrics import Metrics
     from router.record.recorder import Recorder
-    from router.record.snapshots import Extracted
 
 log = logging.getLogger("mcp_router.sessions")
 
@@ -58,13 +55,9 @@ FULL_RETRY_AFTER: Final = 10
 INITIALIZE_RATE: Final = 50.0  # a second, on average
 INITIALIZE_BURST: Final = 200  # Claude Code starting many conversations and subagents at once
 RATE_RETRY_AFTER: Final = 1
-WARM_WAIT: Final = 10.0  # no longer than a cold spawn and browser launch under load take
 RESERVE_WINDOW: Final = 3600.0  # a conversation quiet for longer is not coming back soon
 SHUTDOWN_SAVE_BUDGET: Final = 5.0  # all sessions' state saves at SIGTERM, together
 DEFAULT_RETENTION: Final = 24 * 3600.0
-# A new worker's first request waits this long at most for the client's GET stream to be joined
-# to the worker's: servers ask roots/list there at once (Playwright itself waits up to 5 s for it).
-RELAY_WAIT: Final = 2.0
 
 
 class SessionManager:
@@ -140,6 +133,10 @@ class SessionManager:
             end=self.end,
             owns_directory=self._owns_directory,
         )
+        self.requests = RequestServing(
+            continuity=self.continuity, pool=self.pool, upkeep=self.upkeep, handshakes=handshakes,
+            bring_ups=self.bring_ups,
+        )  # fmt: skip
         # A warm worker goes before any session sleeps.
         self.admission.evictors = (self.pool.evict_one, self._hibernate_least_recent)
 
@@ -207,23 +204,13 @@ class SessionManager:
             self.continuity.detach(session, State.HIBERNATED)
 
     async def _probe_handshakes(self) -> None:
-        """Fills the handshake cache from a worker that launches no browser, then ends it."""
-        worker_id = self._probe_id = "probe-" + secrets.token_hex(16)
-        if not self.admission.try_admit(worker_id):
-            self.handshake_probed = True
-            return
-        started = time.monotonic()
+        self._probe_id = "probe-" + secrets.token_hex(16)
         try:
-            # Straight to the supervisor: a probe is not a session's spawn (metrics, failure memory).
-            worker = await self.supervisor.spawn(worker_id)
-            await fill_cache(self.handshakes, worker, HANDSHAKE_VERSIONS)
-            log.info("handshake cache filled ms=%.0f", (time.monotonic() - started) * 1000)
-        except (ControlError, WorkerError) as exc:
-            log.warning("handshake probe failed (sessions start their workers at once): %s", exc)
+            await probe(
+                self.handshakes, HANDSHAKE_VERSIONS, supervisor=self.supervisor, admission=self.admission,
+                worker_id=self._probe_id,
+            )  # fmt: skip
         finally:
-            with anyio.CancelScope(shield=True):
-                await self.supervisor.forget(worker_id)
-            self.admission.release(worker_id)
             self.handshake_probed = True
 
     # -- open / lookup / end ---------------------------------------------------------------------
@@ -383,98 +370,6 @@ class SessionManager:
         log.info("hibernating session=%s to make room for session=%s", victim.id, for_id)
         # Synchronous up to its first await: the slot is free before anyone else can look.
         return await self.continuity.go_dormant(victim, State.HIBERNATED)
-
-    # -- serving a request -----------------------------------------------------------------------
-
-    def cached_answer(self, session: Session, message: ClientMessage) -> dict[str, Any] | None:
-        """The result of a request the router answers itself while the session has no worker
-        (``ping``, and ``tools/list`` from the handshake cache); None when a worker must answer."""
-        if message.method == "ping":
-            return {}
-        if message.method != "tools/list" or message.params.get("cursor") is not None:
-            return None
-        if session.connection is not None:
-            return None  # a live worker answers for itself, in its current state
-        entry = self.handshakes.get(session.protocol_version or "")
-        return None if entry is None else dict(entry["tools"])
-
-    @asynccontextmanager
-    async def serving(self, session: Session, message: ClientMessage) -> AsyncIterator[bool]:
-        """A client request: counted in flight, given a worker (resuming if needed), and, when it
-        was a browser tool call, followed by a debounced save of the browser state. Yields whether
-        a worker had to be started for it."""
-        with session.client_request():
-            started = await self.ensure_worker(session)
-            if session.stream.held and not session.relay_ready.is_set():
-                with anyio.move_on_after(RELAY_WAIT):
-                    await session.relay_ready.wait()
-            yield started
-        tool = message.tool_name or ""
-        if tool.startswith("browser_") and session.connection is not None:
-            session.browser_used = True
-            if not self.handshakes.read_only(tool):  # a snapshot changes no cookie and no tab
-                self.upkeep.schedule_save(session)
-
-    async def ensure_worker(self, session: Session) -> bool:
-        """True when a worker was started (spawned or resumed) for the session just now."""
-        connection = session.connection
-        if connection is not None:
-            if connection.worker.alive():
-                return False
-            # Died a moment ago: the supervisor's exit listener runs only after its sweep.
-            self.continuity.crashed(session)
-        async with session.lock:
-            if session.state in ENDED:
-                raise SessionNotFound("Session not found: initialize a new session")
-            if session.connection is None:
-                previous = session.state
-                if previous in (State.CRASHED, State.DEGRADED):
-                    await self.upkeep.restart_allowed(session)
-                reason = RESUME_REASONS.get(previous)
-                # A warm worker, if one is ready or nearly: its node is up, its browser launched.
-                warm = await self.pool.take_soon(WARM_WAIT)
-                if warm is None:
-                    # Queued with the other bring-ups; a warm worker ready first is taken instead.
-                    queued = time.monotonic()
-                    async with self.bring_ups.slot_or(self.pool.next_ready, self.pool.give_back) as warm:
-                        if warm is None:
-                            await self.continuity.attach(session, reason=reason, queued_since=queued)
-                if warm is not None:
-                    await self.continuity.attach(
-                        session, worker=warm.worker, control=warm.control, connection=warm.connection,
-                        prepared=warm.client, prepared_stream=warm.stream, reason=reason,
-                    )  # fmt: skip
-                if session.roots.known is not None:  # the next warm worker's session is warmed with them
-                    self.pool.expect_roots(session.roots.known)
-                return True
-        return False
-
-    async def replace_dead_worker(self, session: Session, connection: WorkerConnection) -> WorkerConnection:
-        """The worker refused a connection: treat it as crashed (restart budget) and resume."""
-        if session.connection is connection:
-            self.continuity.crashed(session)
-            # Its exit fully handled before a respawn.
-            await self.continuity.end_worker(session, connection.worker)
-        await self.ensure_worker(session)
-        if session.connection is None:
-            raise WorkerUnreachable("Worker not available for this session")
-        return session.connection
-
-    async def reopen_worker_session(self, session: Session, connection: WorkerConnection) -> bool:
-        """The worker forgot the client's session (404): replay the handshake on the same worker."""
-        async with session.lock:
-            if session.connection is not connection:
-                return session.connection is not None
-            if not await self.continuity.reopen(session, connection):
-                return False
-        if session.stream.held:
-            with anyio.move_on_after(RELAY_WAIT):
-                await session.relay_ready.wait()
-        return True
-
-    def on_tool_answer(self, session: Session, response: dict[str, Any], facts: Extracted) -> bool:
-        """See Continuity.on_tool_answer."""
-        return self.continuity.on_tool_answer(session, response, facts)
 
     # -- helpers ---------------------------------------------------------------------------------
 

@@ -1,0 +1,126 @@
+"""A client request's side of a session: a worker for it (a warm one, or a resume queued with
+the other bring-ups), the answers the router gives while there is none (``ping``, a cached
+``tools/list``), a worker that died or forgot the session replaced, and the browser state's
+save scheduled after a call that may have changed it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import anyio
+
+from router.http.errors import SessionNotFound, WorkerUnreachable
+from router.http.messages import ClientMessage
+from router.http.proxy import WorkerConnection
+from router.sessions.bringup import BringUps
+from router.sessions.continuity import RESUME_REASONS, Continuity
+from router.sessions.handshake import HandshakeCache
+from router.sessions.pool import WarmPool
+from router.sessions.table import ENDED, Session, State
+from router.sessions.upkeep import Upkeep
+
+WARM_WAIT: Final = 10.0  # no longer than a cold spawn and browser launch under load take
+# A new worker's first request waits this long at most for the client's GET stream to be joined
+# to the worker's: servers ask roots/list there at once (Playwright itself waits up to 5 s for it).
+RELAY_WAIT: Final = 2.0
+
+
+class RequestServing:
+    def __init__(
+        self, *, continuity: Continuity, pool: WarmPool, upkeep: Upkeep, handshakes: HandshakeCache,
+        bring_ups: BringUps,
+    ) -> None:  # fmt: skip
+        self.continuity = continuity
+        self.pool = pool
+        self.upkeep = upkeep
+        self.handshakes = handshakes
+        self.bring_ups = bring_ups
+
+    def cached_answer(self, session: Session, message: ClientMessage) -> dict[str, Any] | None:
+        """The result of a request the router answers itself while the session has no worker
+        (``ping``, and ``tools/list`` from the handshake cache); None when a worker must answer."""
+        if message.method == "ping":
+            return {}
+        if message.method != "tools/list" or message.params.get("cursor") is not None:
+            return None
+        if session.connection is not None:
+            return None  # a live worker answers for itself, in its current state
+        entry = self.handshakes.get(session.protocol_version or "")
+        return None if entry is None else dict(entry["tools"])
+
+    @asynccontextmanager
+    async def serving(self, session: Session, message: ClientMessage) -> AsyncIterator[bool]:
+        """A client request: counted in flight, given a worker (resuming if needed), and, when it
+        was a browser tool call, followed by a debounced save of the browser state. Yields whether
+        a worker had to be started for it."""
+        with session.client_request():
+            started = await self.ensure_worker(session)
+            if session.stream.held and not session.relay_ready.is_set():
+                with anyio.move_on_after(RELAY_WAIT):
+                    await session.relay_ready.wait()
+            yield started
+        tool = message.tool_name or ""
+        if tool.startswith("browser_") and session.connection is not None:
+            session.browser_used = True
+            if not self.handshakes.read_only(tool):  # a snapshot changes no cookie and no tab
+                self.upkeep.schedule_save(session)
+
+    async def ensure_worker(self, session: Session) -> bool:
+        """True when a worker was started (spawned or resumed) for the session just now."""
+        connection = session.connection
+        if connection is not None:
+            if connection.worker.alive():
+                return False
+            # Died a moment ago: the supervisor's exit listener runs only after its sweep.
+            self.continuity.crashed(session)
+        async with session.lock:
+            if session.state in ENDED:
+                raise SessionNotFound("Session not found: initialize a new session")
+            if session.connection is None:
+                previous = session.state
+                if previous in (State.CRASHED, State.DEGRADED):
+                    await self.upkeep.restart_allowed(session)
+                reason = RESUME_REASONS.get(previous)
+                # A warm worker, if one is ready or nearly: its node is up, its browser launched.
+                warm = await self.pool.take_soon(WARM_WAIT)
+                if warm is None:
+                    # Queued with the other bring-ups; a warm worker ready first is taken instead.
+                    queued = time.monotonic()
+                    async with self.bring_ups.slot_or(self.pool.next_ready, self.pool.give_back) as warm:
+                        if warm is None:
+                            await self.continuity.attach(session, reason=reason, queued_since=queued)
+                if warm is not None:
+                    await self.continuity.attach(
+                        session, worker=warm.worker, control=warm.control, connection=warm.connection,
+                        prepared=warm.client, prepared_stream=warm.stream, reason=reason,
+                    )  # fmt: skip
+                if session.roots.known is not None:  # the next warm worker's session is warmed with them
+                    self.pool.expect_roots(session.roots.known)
+                return True
+        return False
+
+    async def replace_dead_worker(self, session: Session, connection: WorkerConnection) -> WorkerConnection:
+        """The worker refused a connection: treat it as crashed (restart budget) and resume."""
+        if session.connection is connection:
+            self.continuity.crashed(session)
+            # Its exit fully handled before a respawn.
+            await self.continuity.end_worker(session, connection.worker)
+        await self.ensure_worker(session)
+        if session.connection is None:
+            raise WorkerUnreachable("Worker not available for this session")
+        return session.connection
+
+    async def reopen_worker_session(self, session: Session, connection: WorkerConnection) -> bool:
+        """The worker forgot the client's session (404): replay the handshake on the same worker."""
+        async with session.lock:
+            if session.connection is not connection:
+                return session.connection is not None
+            if not await self.continuity.reopen(session, connection):
+                return False
+        if session.stream.held:
+            with anyio.move_on_after(RELAY_WAIT):
+                await session.relay_ready.wait()
+        return True
