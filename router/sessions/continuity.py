@@ -25,7 +25,7 @@ import anyio
 from router.http.errors import WorkerUnreachable
 from router.http.proxy import WorkerConnection
 from router.layout import StateLayout
-from router.record.snapshots import Extracted, parse_tabs, ref_frame
+from router.record.snapshots import Extracted, ref_frame
 from router.sessions import statefiles
 from router.sessions.admission import Admission
 from router.sessions.bringup import BringUps
@@ -33,6 +33,8 @@ from router.sessions.control import ControlError, ControlSession
 from router.sessions.handshake import HandshakeCache
 from router.sessions.prepared_stream import AdoptedStream, PreparedStream
 from router.sessions.restore import restore_browser
+from router.sessions.resume_notice import resumed_notice
+from router.sessions.state_save import SAVE_TIMEOUT, BrowserStateSaver
 from router.sessions.table import ENDED, RECORD_STATE, Session, State
 from workers.supervisor import Supervisor, Worker
 
@@ -45,36 +47,6 @@ log = logging.getLogger("mcp_router.continuity")
 # The client's answer to the roots/list the router asks when its GET stream opens (roots.py); a
 # client that declares roots and opens no stream waits this once, then its worker's session is new.
 ROOTS_WAIT: Final = 1.0
-SAVE_TIMEOUT: Final = 5.0  # a wedged worker must not hold a reap or a shutdown for long
-# Playwright writes and reads storage state only under the worker's output dir (or its cwd).
-SAVE_NAME: Final = ".router-storage-save.json"
-STORAGE_TOOLS: Final = frozenset({"browser_storage_state", "browser_set_storage_state"})
-# Why a session took a new worker up, as the notice, the record and the dashboard name it.
-RESUME_REASONS: Final = {
-    State.REAPED: "idle",
-    State.CRASHED: "crash",
-    State.DEGRADED: "crash",
-    State.HIBERNATED: "hibernation",
-    State.INTERRUPTED: "router-restart",
-}
-REASON_TEXT: Final = {
-    "idle": "a pause longer than the idle timeout",
-    "crash": "its browser worker crashed",
-    "hibernation": "it was hibernated to make room",
-    "router-restart": "a restart of the router",
-    "new-browser": "create_new_session",
-}
-
-
-NOTICE_PREFIX: Final = "[mcp-router] This conversation's browser was restored"
-
-
-def resumed_notice(reason: str) -> str:
-    return (
-        f"{NOTICE_PREFIX} after {REASON_TEXT.get(reason, reason)}: "
-        "cookies, storage and tabs are back and the page was reloaded, so element refs from before "
-        "refer to the reloaded page (they resolve where it is unchanged)."
-    )
 
 
 class Continuity:
@@ -102,7 +74,7 @@ class Continuity:
         self.recorder = recorder
         self.metrics = metrics
         self.start_soon = start_soon
-        self._storage: bool | None = None  # does this kind of worker have the storage tools?
+        self.state_saver = BrowserStateSaver(layout)
 
     # -- taking a worker up ----------------------------------------------------------------------
 
@@ -374,7 +346,7 @@ class Continuity:
         connection = self.detach(session, state)
         assert connection is not None
         async with session.lock:
-            await self.save(session, connection, control)
+            await self.state_saver.save(session, connection, control)
             await connection.aclose()
             if self.recorder is not None:
                 await self.recorder.flush()  # the recorder reads the output dir's files first
@@ -396,40 +368,3 @@ class Continuity:
             await self.supervisor.forget(worker.session_id)
         elif clear_output:
             statefiles.clear_output(worker.output_dir)
-
-    async def save(self, session: Session, connection: WorkerConnection, control: ControlSession | None) -> None:
-        """Storage state and tab URLs to ``state.json`` through the control session."""
-        if not session.browser_used or control is None or not connection.worker.alive():
-            return
-        with anyio.move_on_after(SAVE_TIMEOUT):
-            if self._storage is None:
-                try:
-                    self._storage = await control.tool_names() >= STORAGE_TOOLS
-                except ControlError:
-                    return
-            if not self._storage:
-                return
-            started = time.monotonic()
-            target = connection.worker.output_dir / SAVE_NAME
-            try:
-                await control.call("browser_storage_state", {"filename": str(target)})
-                tabs = parse_tabs(await control.call("browser_tabs", {"action": "list"}))
-                storage = statefiles.read_json(target)
-                if storage is None:
-                    raise ControlError("storage state file missing or unreadable")
-                statefiles.write_state(
-                    self.layout.session_dir(session.id),
-                    {
-                        "storage": storage,
-                        "tabs": tabs,
-                        "current": session.current_url,
-                        "ref_frame": session.ref_frame,
-                        "saved": time.time(),
-                    },
-                )
-            except (ControlError, OSError) as exc:
-                log.info("state save failed session=%s: %s", session.id, exc)
-                return
-            finally:
-                target.unlink(missing_ok=True)
-            log.debug("state saved session=%s ms=%.0f", session.id, (time.monotonic() - started) * 1000)

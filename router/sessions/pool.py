@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 import anyio
@@ -33,9 +32,10 @@ from router.http.errors import RouterError
 from router.http.proxy import WorkerConnection
 from router.sessions.admission import Admission
 from router.sessions.bringup import BringUps, default_bring_ups
+from router.sessions.client_preparer import ClientPreparer
 from router.sessions.control import ControlError, ControlSession
-from router.sessions.prepared_stream import PreparedStream, close_prepared
-from router.sessions.roots import Roots, declares_roots
+from router.sessions.pooled import WARM_ARGS, WARM_TOOL, Pooled
+from router.sessions.roots import Roots
 from router.sessions.table import mint_session_id
 from workers._exceptions import WorkerError
 from workers.supervisor import Supervisor, Worker
@@ -43,8 +43,6 @@ from workers.supervisor import Supervisor, Worker
 log = logging.getLogger("mcp_router.pool")
 
 POLL: Final = 1.0  # re-check for free slots this often even when nothing signalled a change
-WARM_TOOL: Final = "browser_tabs"  # launches the browser; lists the about:blank tab
-WARM_ARGS: Final = {"action": "list"}
 # Then one navigation (to nothing): node compiles its navigate-and-snapshot code on first use,
 # which a client's first call paid otherwise (its first navigate ~1.5x the next, here).
 WARM_NAVIGATE: Final = ("browser_navigate", {"url": "about:blank"})
@@ -57,26 +55,6 @@ CLOSE_WAIT: Final = 10.0
 # compete for the CPU with the new conversation's first calls (measured here on 2 cores: its
 # first browser_navigate took ~430 ms instead of ~200 ms). The next take has the rest of the pool.
 REFILL_DELAY: Final = 3.0
-
-
-@dataclass(eq=False)
-class Pooled:
-    """One warm worker (or one on its way there)."""
-
-    id: str
-    worker: Worker | None = None
-    connection: WorkerConnection | None = None
-    control: ControlSession | None = None
-    # The next client's MCP session, opened ahead with the last client's initialize (see prepare).
-    client: ControlSession | None = None
-    # Its GET stream, held while the client's roots answer the worker (a shape with ``roots``).
-    stream: PreparedStream | None = None
-    browser: bool = False  # the worker has the browser tools (a stand-in worker has none)
-    ready: bool = False
-    started: bool = False  # holds a bring-up slot: spawning or launching, not queued
-    warmed_at: float = 0.0  # monotonic; last tool call that kept the browser up
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    done: anyio.Event = field(default_factory=anyio.Event)  # filling finished, either way
 
 
 class WarmPool:
@@ -111,20 +89,17 @@ class WarmPool:
         self._failures = 0
         self._retry_at = 0.0
         self._stopping = False
-        self._shape: dict[str, Any] | None = None  # the last client's initialize params
-        self._roots: Roots | None = None  # the roots the last client that declared any gave
+        self.clients = ClientPreparer(start_soon=start_soon)  # each ready worker's prepared session
 
     def expect(self, initialize_params: dict[str, Any]) -> None:
         """The shape of the next client's ``initialize`` (the last one seen): ready workers get
         an MCP session opened with it ahead of time, so the first call does not pay for one."""
-        if initialize_params:
-            self._shape = dict(initialize_params)  # taken up by the refill task's next round
+        self.clients.expect(initialize_params)
 
     def expect_roots(self, roots: Roots) -> None:
         """The roots of the next client that declares ``roots`` (the last ones seen): ready
         workers' prepared sessions make their first call with them (prepared_stream.py)."""
-        if roots != self._roots:
-            self._roots = list(roots)
+        if self.clients.expect_roots(roots):
             self._signal()
 
     # -- queries ---------------------------------------------------------------------------------
@@ -250,7 +225,9 @@ class WarmPool:
                     continue
                 await self._keep_warm()
                 await self._trim()
-                await self._prepare_ready()
+                await self.clients.refresh(
+                    [e for e in self._entries.values() if e.ready], lambda e: self._entries.get(e.id) is e
+                )
                 with anyio.move_on_after(POLL):
                     await self._changed.wait()
                 self._changed = anyio.Event()
@@ -313,7 +290,7 @@ class WarmPool:
                         await entry.control.call(WARM_TOOL, WARM_ARGS)
                         await entry.control.call(*WARM_NAVIGATE)
                     entry.warmed_at = time.monotonic()
-                    entry.client, entry.stream = await self._open_client(entry)
+                    entry.client, entry.stream = await self.clients.open_client(entry)
                 if entry.worker.alive() and self._entries.get(entry.id) is entry:
                     entry.ready = True
         except Exception as exc:  # the pool is an optimisation: it must never take the router down
@@ -339,55 +316,6 @@ class WarmPool:
                 "warm worker ready id=%s port=%d pid=%d ms=%.0f pool=%d/%d",
                 entry.id, worker.port, worker.pid, (time.monotonic() - started) * 1000, len(self), self.target(),
             )  # fmt: skip
-
-    async def _open_client(self, entry: Pooled) -> tuple[ControlSession | None, PreparedStream | None]:
-        """An MCP session opened with the last client's initialize params, to be handed to the
-        next client whose params are the same (Continuity.attach). It also makes one tool call:
-        the worker attaches a session to its browser at the session's first call (~50 ms here),
-        and that is then spent already. With ``roots`` the worker asks them at that call: the
-        pool holds the session's GET stream and answers with the last client's roots, and the
-        session goes only to a client with the same (without known roots it makes no call).
-        None when there is no shape yet or the worker refused."""
-        shape, connection, roots = self._shape, entry.connection, self._roots
-        if shape is None or connection is None or entry.worker is None:
-            return None, None
-        client = ControlSession(connection)
-        stream: PreparedStream | None = None
-        try:
-            await client.open(shape)
-            if declares_roots(shape) and roots is not None and entry.browser:
-                stream = PreparedStream(client, roots)
-                await stream.open()
-                self.start_soon(stream.run)
-            if entry.browser and (stream is not None or not declares_roots(shape)):
-                await client.call(WARM_TOOL, WARM_ARGS)
-        except ControlError as exc:
-            log.info("warm worker's client session not prepared id=%s: %s", entry.id, exc)
-            if stream is not None:
-                await stream.close()
-            return None, None
-        return client, stream
-
-    async def _prepare_ready(self) -> None:
-        """Ready workers whose prepared session no longer matches the last client's shape get a
-        new one (the old one is closed: the worker keeps no session nobody will use)."""
-        for entry in [e for e in self._entries.values() if e.ready]:
-            old, old_stream = entry.client, entry.stream
-            if self._shape is None or (old is not None and old.opened_with == self._shape and self._warmed(entry)):
-                continue
-            client, stream = await self._open_client(entry)
-            if self._entries.get(entry.id) is not entry:  # taken meanwhile: that attach replays
-                await close_prepared(client, stream)
-                continue
-            entry.client, entry.stream = client, stream
-            await close_prepared(old, old_stream)
-
-    def _warmed(self, entry: Pooled) -> bool:
-        """The prepared session made its first call with the roots the next client should have
-        (trivially, without ``roots`` or before any roots are known)."""
-        if not declares_roots(self._shape) or self._roots is None or not entry.browser:
-            return True
-        return entry.stream is not None and entry.stream.alive and entry.stream.roots == self._roots
 
     async def _keep_warm(self) -> None:
         now = time.monotonic()

@@ -16,9 +16,10 @@ from router.http.errors import SessionNotFound, WorkerUnreachable
 from router.http.messages import ClientMessage
 from router.http.proxy import WorkerConnection
 from router.sessions.bringup import BringUps
-from router.sessions.continuity import RESUME_REASONS, Continuity
+from router.sessions.continuity import Continuity
 from router.sessions.handshake import HandshakeCache
 from router.sessions.pool import WarmPool
+from router.sessions.resume_notice import RESUME_REASONS
 from router.sessions.table import ENDED, Session, State
 from router.sessions.upkeep import Upkeep
 

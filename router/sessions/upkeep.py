@@ -130,7 +130,7 @@ class Upkeep:
                 connection = session.connection
                 if connection is not None:
                     session.state_saved_at = time.monotonic()
-                    await self.continuity.save(session, connection, session.control)
+                    await self.continuity.state_saver.save(session, connection, session.control)
         finally:
             self._save_due.pop(session.id, None)
 

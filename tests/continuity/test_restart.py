@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from router.sessions.continuity import NOTICE_PREFIX as RESUMED_NOTICE
+from router.sessions.resume_notice import NOTICE_PREFIX as RESUMED_NOTICE
 from tests.support import RawClient, auth_headers, free_port, run_cli, serve_process, wait_saved
 from workers.orphans import processes_for
 

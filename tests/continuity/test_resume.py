@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from router.sessions.continuity import NOTICE_PREFIX as RESUMED_NOTICE
+from router.sessions.resume_notice import NOTICE_PREFIX as RESUMED_NOTICE
 from router.sessions.table import State
 from tests.support import RawClient, RouterThread, messages_of, router_settings, wait_for, wait_saved
 from workers.orphans import processes_for

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from router.sessions.admission import Admission
-from router.sessions.pool import Pooled, WarmPool
+from router.sessions.pool import WarmPool
+from router.sessions.pooled import Pooled
 from router.sessions.table import State
 from tests.support import RawClient, RouterThread, router_settings, wait_for, whoami
 from workers.orphans import processes_for

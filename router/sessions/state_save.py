@@ -1,0 +1,68 @@
+"""Saving a session's browser (storage state and tab URLs) to ``state.json`` through its
+control session, before its worker ends (``Continuity.go_dormant``) and debounced after calls
+that change it (``Upkeep``); ``restore.py`` reads it back onto a new worker."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Final
+
+import anyio
+
+from router.http.proxy import WorkerConnection
+from router.layout import StateLayout
+from router.record.snapshots import parse_tabs
+from router.sessions import statefiles
+from router.sessions.control import ControlError, ControlSession
+from router.sessions.table import Session
+
+log = logging.getLogger("mcp_router.continuity")
+
+SAVE_TIMEOUT: Final = 5.0  # a wedged worker must not hold a reap or a shutdown for long
+# Playwright writes and reads storage state only under the worker's output dir (or its cwd).
+SAVE_NAME: Final = ".router-storage-save.json"
+STORAGE_TOOLS: Final = frozenset({"browser_storage_state", "browser_set_storage_state"})
+
+
+class BrowserStateSaver:
+    def __init__(self, layout: StateLayout) -> None:
+        self.layout = layout
+        self._storage: bool | None = None  # does this kind of worker have the storage tools?
+
+    async def save(self, session: Session, connection: WorkerConnection, control: ControlSession | None) -> None:
+        """Storage state and tab URLs to ``state.json`` through the control session."""
+        if not session.browser_used or control is None or not connection.worker.alive():
+            return
+        with anyio.move_on_after(SAVE_TIMEOUT):
+            if self._storage is None:
+                try:
+                    self._storage = await control.tool_names() >= STORAGE_TOOLS
+                except ControlError:
+                    return
+            if not self._storage:
+                return
+            started = time.monotonic()
+            target = connection.worker.output_dir / SAVE_NAME
+            try:
+                await control.call("browser_storage_state", {"filename": str(target)})
+                tabs = parse_tabs(await control.call("browser_tabs", {"action": "list"}))
+                storage = statefiles.read_json(target)
+                if storage is None:
+                    raise ControlError("storage state file missing or unreadable")
+                statefiles.write_state(
+                    self.layout.session_dir(session.id),
+                    {
+                        "storage": storage,
+                        "tabs": tabs,
+                        "current": session.current_url,
+                        "ref_frame": session.ref_frame,
+                        "saved": time.time(),
+                    },
+                )
+            except (ControlError, OSError) as exc:
+                log.info("state save failed session=%s: %s", session.id, exc)
+                return
+            finally:
+                target.unlink(missing_ok=True)
+            log.debug("state saved session=%s ms=%.0f", session.id, (time.monotonic() - started) * 1000)
