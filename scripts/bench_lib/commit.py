@@ -1,6 +1,8 @@
 """What the record's promise costs a tool answer: ``flush_rows()`` after a call's request and
 answer are queued (the wait an answer has before it leaves), on a real SQLite file in WAL mode,
-with a realistic snapshot answer. In-process; the router's own Recorder."""
+with a realistic snapshot answer. In-process; the router's own Recorder, given what the proxy
+gives it (router/http/exchange.py): an answer that keeps all it has in its text (an inline
+snapshot, no linked file) comes with its snapshot and no output dir to read later."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from router.layout import StateLayout
 from router.record.recorder import Recorder
+from router.record.snapshots import summarize
 
 SNAPSHOT = "\n".join(f'- button "b{i}" [ref=e{i}]' for i in range(400))
 ANSWERS = {
@@ -43,11 +46,17 @@ async def _one(tool: str, calls: int, warmup: int) -> CommitResult:
             await recorder.flush()
             waits: list[float] = []
             result = json.dumps(ANSWERS[tool])
+            facts = summarize(ANSWERS[tool])
+            inline = not facts.needs_files
+            snapshot, console = (facts.page_snapshot, facts.console_lines) if inline else (None, None)
             cpu0 = time.process_time()
             for i in range(warmup + calls):
                 ref = f"ref-{i}"
                 recorder.request(ref, "bench", "tools/call", tool, {"name": tool, "arguments": {}}, size=60)
-                recorder.response(ref, status="success", result=result, duration_ms=1.0, output_dir=out)
+                recorder.response(
+                    ref, status="success", result=result, page_snapshot=snapshot, console_logs=console,
+                    duration_ms=1.0, output_dir=None if inline else out,
+                )
                 t0 = time.perf_counter()
                 assert await recorder.flush_rows()
                 if i >= warmup:
