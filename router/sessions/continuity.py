@@ -97,7 +97,8 @@ class Continuity:
         with the client's own initialize params it is the client's, and nothing is replayed.
         ``prepared_stream``: its GET stream, when its first call was made with roots: then it is
         the client's only if the client's roots are the same and its GET stream is open (their
-        answer awaited for ``roots_wait`` s: none at ``initialize``, before any stream).
+        answer awaited for ``roots_wait`` s: none at ``initialize``, before any stream), and
+        never on a resume (``reason``).
         Called with ``session.lock`` held; raises ServiceUnavailable or WorkerUnreachable.
         Returns the worker's answer to the replayed ``initialize``.
 
@@ -109,11 +110,15 @@ class Continuity:
             adopted = None
             if prepared is not None:
                 usable = prepared.opened_with == (session.initialize_params or None)
-                if usable and prepared_stream is not None:
+                if usable and prepared_stream is not None and reason is None:
                     adopted = await prepared_stream.hand_over_to(session, roots_wait)
                     usable = adopted is not None
                 elif prepared_stream is not None:
+                    # Not on a resume: there the client's GET stream is relaying already, and in
+                    # scripts/bench 1-2 of 5 resumed sessions then got no ping from their worker;
+                    # such a session has its handshake replayed and answers roots/list itself.
                     self.start_soon(prepared_stream.close)
+                    usable = False
                 if not usable:
                     self.start_soon(prepared.close)  # another client's shape or roots: the worker forgets it
                     prepared = None

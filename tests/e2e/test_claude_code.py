@@ -242,9 +242,11 @@ def test_pause_past_the_idle_timeout_then_click_the_old_ref(reaping: RouterThrea
         assert session is not None
         pool = reaping.manager.pool
         prepared = wait_for(lambda: pool.prepared_sessions(session.initialize_params), timeout=RESERVE_READY)
-        carries_on(cc, before, reaping)  # the worker's roots/list reached the client's stream, or the router's
-        assert session.worker_session_id in prepared, "the resume replayed a handshake instead of taking it"
-        assert session.worker_has_roots, "the reserve's session did not make its first call with the client's roots"
+        carries_on(cc, before, reaping)  # the worker's own roots/list and pings reach the client's stream
+        # A resume takes the reserve's worker but not its held stream: the client's GET stream is
+        # relaying already, so the handshake is replayed (Continuity.attach).
+        assert session.worker_session_id not in prepared, "the resume took the reserve's held stream"
+        assert not session.worker_has_roots
 
 
 def test_pause_after_a_second_navigation_then_click_the_old_ref(reaping: RouterThread, pages: str) -> None:
