@@ -181,7 +181,7 @@ class Exchange:
         if self.hooks.on_tool_answer(self.session, response, facts):
             payload = json.dumps(response, separators=(",", ":")).encode()  # the form splice_ref_meta reads
         if self.session.response_mode == "compact":
-            compacted = tools.compact(response["result"], ref_id=self.ref_id, tool=self.message.tool_name)
+            compacted = tools.compact(response["result"], facts, ref_id=self.ref_id, tool=self.message.tool_name)
             if compacted is not response["result"]:
                 response["result"] = compacted
                 return json.dumps(response).encode()
@@ -195,12 +195,10 @@ class Exchange:
         recorder = self.hooks.recorder
         if recorder is not None:
             connection = self.session.connection
-            if facts is not None and not facts.needs_files:
-                # All there is to keep is in the text, already read: no file to look at later.
-                snapshot, console, output_dir = facts.page_snapshot, facts.console_lines, None
-            else:
-                snapshot, console = None, None
-                output_dir = connection.worker.output_dir if connection is not None else None
+            # All there is to keep may be in the text, already read: no file to look at later.
+            inline = facts.kept_inline() if facts is not None else None
+            snapshot, console = inline or (None, None)
+            output_dir = connection.worker.output_dir if connection is not None and inline is None else None
             recorder.response(
                 self.ref_id,
                 status="error" if is_error else "success",

@@ -81,6 +81,11 @@ class Extracted:
         """Whether recording it means reading or keeping files (linked ones, inline images)."""
         return self.links_files or self.has_image
 
+    def kept_inline(self) -> tuple[str | None, list[str]] | None:
+        """(snapshot, console lines) when the answer's text holds all the record keeps of it;
+        None when files must be read for it (``needs_files``)."""
+        return None if self.needs_files else (self.page_snapshot, self.console_lines)
+
 
 def tool_result(raw: Any) -> Mapping[str, Any] | None:
     """The tools/call result object, whether given parsed or as JSON text/bytes, bare or inside

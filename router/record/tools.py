@@ -116,11 +116,11 @@ def with_router_tools(result: Any) -> Any:
     return result
 
 
-def compact(result: Any, *, ref_id: str, tool: str | None) -> Any:
-    """Compact mode: a successful, image-free tool answer becomes a short metadata block."""
+def compact(result: Any, extracted: snapshots.Extracted, *, ref_id: str, tool: str | None) -> Any:
+    """Compact mode: a successful, image-free tool answer (``extracted``: its summary) becomes a
+    short metadata block."""
     if not isinstance(result, dict) or tool in KEEP_WHOLE or tool in NAMES:
         return result
-    extracted = snapshots.summarize(result)
     if extracted.is_error or extracted.has_image:
         return result
     summary = snapshots.compact_summary(ref_id, tool or "?", extracted)

@@ -47,15 +47,15 @@ async def _one(tool: str, calls: int, warmup: int) -> CommitResult:
             waits: list[float] = []
             result = json.dumps(ANSWERS[tool])
             facts = summarize(ANSWERS[tool])
-            inline = not facts.needs_files
-            snapshot, console = (facts.page_snapshot, facts.console_lines) if inline else (None, None)
+            inline = facts.kept_inline()
+            snapshot, console = inline or (None, None)
             cpu0 = time.process_time()
             for i in range(warmup + calls):
                 ref = f"ref-{i}"
                 recorder.request(ref, "bench", "tools/call", tool, {"name": tool, "arguments": {}}, size=60)
                 recorder.response(
                     ref, status="success", result=result, page_snapshot=snapshot, console_logs=console,
-                    duration_ms=1.0, output_dir=None if inline else out,
+                    duration_ms=1.0, output_dir=None if inline is not None else out,
                 )
                 t0 = time.perf_counter()
                 assert await recorder.flush_rows()
