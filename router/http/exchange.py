@@ -195,10 +195,12 @@ class Exchange:
         recorder = self.hooks.recorder
         if recorder is not None:
             connection = self.session.connection
-            # All there is to keep may be in the text, already read: no file to look at later.
-            inline = facts.kept_inline() if facts is not None else None
-            snapshot, console = inline or (None, None)
-            output_dir = connection.worker.output_dir if connection is not None and inline is None else None
+            worker_dir = connection.worker.output_dir if connection is not None else None
+            # All there is to keep may be in the text, or in a snapshot file read now: then no
+            # file is looked at later.
+            now = facts.for_record(worker_dir) if facts is not None else None
+            snapshot, console = now or (None, None)
+            output_dir = worker_dir if now is None else None
             recorder.response(
                 self.ref_id,
                 status="error" if is_error else "success",

@@ -170,6 +170,11 @@ class _LiveCollector(Collector):
                 ("recorder_queue_bytes", "Bytes of params and results waiting for the writer", recorder.queue_bytes),
                 ("recorder_failed_batches", "Record batches that lost rows (since start)", recorder.failed_batches),
                 ("recorder_failed_rows", "Record rows that could not be written (since start)", recorder.failed_rows),
+                (
+                    "recorder_linked_reads",
+                    "Answers whose linked files were read after their row, on the writer thread (since start)",
+                    recorder.linked_reads,
+                ),
             ):
                 gauge = GaugeMetricFamily(f"{PREFIX}_{name}", help_text)
                 gauge.add_metric([], number)

@@ -21,13 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from router.record.snapshots import file_links, resolve_inside
+from router.record.snapshots import UNKEPT_LINK_TITLES, file_links, resolve_inside
 
 MAX_FILE_BYTES: Final = 32 * 1024 * 1024  # larger files stay where the worker wrote them
 MAX_FILES_PER_CALL: Final = 16
 FILE_MODE: Final = 0o600
 DIR_MODE: Final = 0o700
-SKIPPED_TITLES: Final = frozenset({"Snapshot", "Storage state"})
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 # Raster images only are shown inline: an SVG is a document that can carry script.
@@ -71,7 +70,7 @@ def keep_linked(
     for title, raw in file_links(result):
         if len(kept) >= MAX_FILES_PER_CALL:
             break
-        if title in SKIPPED_TITLES:
+        if title in UNKEPT_LINK_TITLES:
             continue
         source = resolve_inside(raw, output_dir, cwd)
         if source is None or source in seen or source.name.startswith("."):

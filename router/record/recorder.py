@@ -201,6 +201,11 @@ class Recorder:
         return self.failures
 
     @property
+    def linked_reads(self) -> int:
+        """Answers whose linked files were read (or kept) after their row, on the writer thread."""
+        return self._enrich_queued
+
+    @property
     def failing(self) -> bool:
         """The last batch lost items (full or read-only disk...): the record is not keeping up."""
         return self._batches.last_failed

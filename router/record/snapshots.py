@@ -14,6 +14,7 @@ Modal state, Snapshot (inline ```yaml block, or ``- [Snapshot](PATH)``), Events
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -22,6 +23,12 @@ from pathlib import Path
 from typing import Any, Final, TypedDict
 
 MAX_FILE_BYTES: Final = 16 * 1024 * 1024  # a runaway snapshot must not exhaust the router's memory
+# Linked files the record reads into the row (or ignores) and does not keep; files.py keeps the rest.
+UNKEPT_LINK_TITLES: Final = frozenset({"Snapshot", "Storage state"})
+# An answer whose only linked files are its snapshot and console entries has them read at once, into
+# the row the answer waits for, when each is at most this big: a read from the page cache, where
+# the writer thread would parse the answer again, read them and commit a second time (~1 ms of CPU).
+READ_NOW_MAX: Final = 256 * 1024
 LEVELS: Final = ("debug", "info", "warn", "error")
 
 _SNAPSHOT_LINK = re.compile(r"^- \[Snapshot\]\((?P<path>.+)\)\s*$", re.M)
@@ -75,16 +82,24 @@ class Extracted:
     snapshot_link: str | None = None  # the raw link text, when the snapshot lives in a file
     sections: dict[str, str] = field(default_factory=dict)
     links_files: bool = False  # it may point at files in the worker's output dir (see extract)
+    link_titles: tuple[str, ...] = ()  # of its "- [Title](path)" links, when links_files
 
     @property
     def needs_files(self) -> bool:
         """Whether recording it means reading or keeping files (linked ones, inline images)."""
         return self.links_files or self.has_image
 
-    def kept_inline(self) -> tuple[str | None, list[str]] | None:
-        """(snapshot, console lines) when the answer's text holds all the record keeps of it;
-        None when files must be read for it (``needs_files``)."""
-        return None if self.needs_files else (self.page_snapshot, self.console_lines)
+    def for_record(self, output_dir: Path | None) -> tuple[str | None, list[str]] | None:
+        """(snapshot, console lines) to write with the answer's row now: what the text holds, or
+        with its linked snapshot and console entries read from ``output_dir`` (each at most
+        READ_NOW_MAX). None when files must be read or kept later, on the writer thread: an image,
+        a file the record keeps, a bigger file, or no ``output_dir`` to read from."""
+        if not self.needs_files:
+            return self.page_snapshot, self.console_lines
+        if self.has_image or output_dir is None or not UNKEPT_LINK_TITLES.issuperset(self.link_titles):
+            return None
+        read = with_linked(self, output_dir, limit=READ_NOW_MAX)
+        return None if read is None else (read.page_snapshot, read.console_lines)
 
 
 def tool_result(raw: Any) -> Mapping[str, Any] | None:
@@ -168,6 +183,7 @@ def summarize(result: Mapping[str, Any]) -> Extracted:
     has_image = isinstance(content, list) and any(
         isinstance(p, dict) and p.get("type") == "image" for p in content
     )
+    links = any(marker in text for marker in _LINK_MARKERS)
     return Extracted(
         page_snapshot=inline,
         console_lines=_inline_console_lines(sections.get("Result", "")),
@@ -179,7 +195,8 @@ def summarize(result: Mapping[str, Any]) -> Extracted:
         is_error=bool(result.get("isError")) or "Error" in sections,
         snapshot_link=link.group("path").strip() if link else None,
         sections=sections,
-        links_files=any(marker in text for marker in _LINK_MARKERS),
+        links_files=links,
+        link_titles=tuple(m.group("title") for m in _FILE_LINK.finditer(text)) if links else (),
     )
 
 
@@ -199,24 +216,35 @@ def extract(result: Mapping[str, Any], output_dir: Path, *, cwd: Path | None = N
     against the output dir's parent and the output dir itself; whatever the candidate, it is read
     only if its real path lies inside ``output_dir``.
     """
-    base = summarize(result)
-    snapshot = base.page_snapshot
-    if snapshot is None and base.snapshot_link:
-        snapshot = _read_inside(base.snapshot_link, output_dir, cwd)
-    console = list(base.console_lines)
-    for m in _CONSOLE_LINK.finditer(base.sections.get("Events", "")):
-        data = _read_inside(m.group("path"), output_dir, cwd)
-        if data is None:
-            continue
-        first = int(m.group("a"))
-        last = int(m.group("b") or first)
-        console.extend(data.split("\n")[first - 1 : last])
-    return Extracted(
-        page_snapshot=snapshot, console_lines=console, page_url=base.page_url,
-        page_title=base.page_title, console_errors=base.console_errors,
-        console_warnings=base.console_warnings, has_image=base.has_image, is_error=base.is_error,
-        snapshot_link=base.snapshot_link, sections=base.sections, links_files=base.links_files,
-    )
+    read = with_linked(summarize(result), output_dir, cwd=cwd)
+    assert read is not None  # no limit, no refusal
+    return read
+
+
+def with_linked(
+    base: Extracted, output_dir: Path, *, cwd: Path | None = None, limit: int | None = None
+) -> Extracted | None:
+    """``base`` (a ``summarize``) with its linked snapshot file and console lines read (see
+    ``extract``). None when ``limit`` is given and a linked file is bigger than that."""
+    try:
+        snapshot = base.page_snapshot
+        if snapshot is None and base.snapshot_link:
+            snapshot = _read_inside(base.snapshot_link, output_dir, cwd, limit)
+        console = list(base.console_lines)
+        for m in _CONSOLE_LINK.finditer(base.sections.get("Events", "")):
+            data = _read_inside(m.group("path"), output_dir, cwd, limit)
+            if data is None:
+                continue
+            first = int(m.group("a"))
+            last = int(m.group("b") or first)
+            console.extend(data.split("\n")[first - 1 : last])
+    except _TooBig:
+        return None
+    return dataclasses.replace(base, page_snapshot=snapshot, console_lines=console)
+
+
+class _TooBig(Exception):
+    """A linked file is past the reader's limit."""
 
 
 def resolve_inside(raw: str, output_dir: Path, cwd: Path | None = None) -> Path | None:
@@ -239,15 +267,19 @@ def resolve_inside(raw: str, output_dir: Path, cwd: Path | None = None) -> Path 
     return None
 
 
-def _read_inside(raw: str, output_dir: Path, cwd: Path | None) -> str | None:
+def _read_inside(raw: str, output_dir: Path, cwd: Path | None, limit: int | None = None) -> str | None:
+    """The linked file's text (None: not inside ``output_dir`` or unreadable); raises _TooBig
+    past ``limit`` (without one: the first MAX_FILE_BYTES)."""
     path = resolve_inside(raw, output_dir, cwd)
     if path is None:
         return None
     try:
         with path.open("rb") as f:
-            data = f.read(MAX_FILE_BYTES)
+            data = f.read(MAX_FILE_BYTES if limit is None else limit + 1)
     except OSError:
         return None
+    if limit is not None and len(data) > limit:
+        raise _TooBig
     return data.decode("utf-8", errors="replace")
 
 

@@ -47,15 +47,15 @@ async def _one(tool: str, calls: int, warmup: int) -> CommitResult:
             waits: list[float] = []
             result = json.dumps(ANSWERS[tool])
             facts = summarize(ANSWERS[tool])
-            inline = facts.kept_inline()
-            snapshot, console = inline or (None, None)
             cpu0 = time.process_time()
             for i in range(warmup + calls):
                 ref = f"ref-{i}"
                 recorder.request(ref, "bench", "tools/call", tool, {"name": tool, "arguments": {}}, size=60)
+                now = facts.for_record(out)  # as the exchange does for each answer
+                snapshot, console = now or (None, None)
                 recorder.response(
                     ref, status="success", result=result, page_snapshot=snapshot, console_logs=console,
-                    duration_ms=1.0, output_dir=None if inline is not None else out,
+                    duration_ms=1.0, output_dir=None if now is not None else out,
                 )
                 t0 = time.perf_counter()
                 assert await recorder.flush_rows()

@@ -7,6 +7,7 @@ import json
 import sqlite3
 from typing import Any
 
+from tests.operator.test_metrics import scrape
 from tests.support import RawClient, RouterThread, find_ref, ref_of, run_cli, text_of
 
 
@@ -47,17 +48,25 @@ def test_every_table_is_filled_by_a_real_flow(pw_router: RouterThread, pages: st
         c.delete()
 
 
-def test_an_inline_snapshot_is_on_its_row_when_the_answer_arrives(pw_router: RouterThread, pages: str) -> None:
-    # The snapshot is in the answer's text (no file to read): it is written with the row, in the
-    # commit the answer waited for, not read onto it afterwards.
+def test_a_snapshot_is_on_its_row_when_the_answer_arrives(pw_router: RouterThread, pages: str) -> None:
+    # In the answer's text, or in the page-*.yml file it links: either way it is written with the
+    # row, in the commit the answer waited for, not read onto it afterwards.
     with RawClient(pw_router.url) as c:
         c.initialize()
-        c.call("browser_navigate", url=f"{pages}/")
+        reads = scrape(pw_router).value("mcp_router_recorder_linked_reads")
+        nav = c.call("browser_navigate", url=f"{pages}/")
+        with db(pw_router) as conn:
+            row = conn.execute("SELECT page_snapshot FROM responses WHERE ref_id = ?", (ref_of(nav),)).fetchone()
+        assert "[Snapshot](" in text_of(nav)
+        assert row is not None and "Click me" in row["page_snapshot"]
         snap = c.call("browser_snapshot")
         with db(pw_router) as conn:
             row = conn.execute("SELECT page_snapshot FROM responses WHERE ref_id = ?", (ref_of(snap),)).fetchone()
         assert "```yaml" in text_of(snap)
         assert row is not None and "Click me" in row["page_snapshot"]
+        assert scrape(pw_router).value("mcp_router_recorder_linked_reads") == reads  # nothing read later
+        c.call("browser_take_screenshot")  # an image and a file to keep: those are for the writer thread
+        assert scrape(pw_router).value("mcp_router_recorder_linked_reads") == reads + 1
         c.delete()
 
 

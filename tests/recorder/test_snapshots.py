@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from router.record.snapshots import compact_summary, extract, normalize_console, summarize
+from router.record.snapshots import READ_NOW_MAX, compact_summary, extract, normalize_console, summarize
 from router.record.text_views import format_console, line_diff, search_diff, search_tree
 from tests.recorder.conftest import Answers, load_answers
 
@@ -67,6 +67,32 @@ def test_error_and_image_answers(answers: Answers) -> None:
     assert "Ref e999 not found" in bad.sections["Error"]
     shot = extract(answers.result("screenshot"), answers.output_dir)
     assert shot.has_image and shot.page_snapshot is None
+
+
+def test_for_record_reads_a_linked_snapshot_and_console_now(answers: Answers) -> None:
+    # What the writer thread would read onto the row later, read at once: the same text.
+    navigate = answers.result("navigate")
+    later = extract(navigate, answers.output_dir)
+    now = summarize(navigate).for_record(answers.output_dir)
+    assert now == (later.page_snapshot, later.console_lines)
+    assert now[0] is not None and now[0].startswith("- generic [active]") and len(now[1]) == 3
+    assert summarize(navigate).for_record(None) is None  # nowhere to read from: later
+    inline = summarize(answers.result("snapshot"))
+    assert inline.for_record(None) == (inline.page_snapshot, [])  # all in the text
+
+
+def test_for_record_leaves_images_big_files_and_kept_files_to_the_writer(answers: Answers) -> None:
+    assert summarize(answers.result("screenshot")).for_record(answers.output_dir) is None
+    out = answers.output_dir
+    (out / "big.yml").write_text("- x\n" * (READ_NOW_MAX // 4 + 1))
+    big = _text_answer(f"### Snapshot\n- [Snapshot]({out}/big.yml)")
+    assert summarize(big).for_record(out) is None
+    assert extract(big, out).page_snapshot == (out / "big.yml").read_text()  # the thread reads it whole
+    (out / "report.pdf").write_bytes(b"%PDF-")
+    kept = _text_answer(f"### Result\n- [Page as pdf]({out}/report.pdf)\n### Snapshot\n- [Snapshot]({out}/big.yml)")
+    assert summarize(kept).for_record(out) is None  # the record keeps the pdf: the thread copies it
+    gone = summarize(_text_answer("### Snapshot\n- [Snapshot](page-gone.yml)"))
+    assert gone.for_record(out) == (None, [])  # as extract: a missing file is no error
 
 
 def test_relative_links_resolve_against_output_dir_parent_or_cwd(tmp_path: Path) -> None:
