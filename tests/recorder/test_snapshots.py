@@ -112,6 +112,7 @@ def test_relative_links_resolve_against_output_dir_parent_or_cwd(tmp_path: Path)
 
 @pytest.mark.parametrize("link", [
     "../secret.yml", "/etc/passwd", "out/../../secret.yml", "%s/../secret.yml", "link-out.yml",
+    "%s/link-out.yml", "%s/..",
 ])
 def test_links_outside_the_output_dir_are_not_read(tmp_path: Path, link: str) -> None:
     out = tmp_path / "w" / "out"
