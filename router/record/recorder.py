@@ -33,7 +33,6 @@ import sqlite3
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -48,6 +47,7 @@ from router.record.records import Records
 from router.record.rows import Enrichment, Item, approx_size
 from router.record.snapshots import normalize_console
 from router.record.waiters import Waiters
+from router.record.writer_thread import WriterThread
 
 __all__ = ["Recorder", "normalize_console"]
 
@@ -95,12 +95,10 @@ class Recorder:
         self._enrich: deque[Enrichment] = deque()
         self._enrich_queued = 0
         self._enrich_done = 0
-        self._busy = 0  # jobs on the writer thread; the loop may commit only while it is 0
         self._wake = asyncio.Event()
         self._wake_timer: asyncio.TimerHandle | None = None
         self._writer_task: asyncio.Task[None] | None = None
-        self._executor: ThreadPoolExecutor | None = None
-        self._conn: sqlite3.Connection | None = None
+        self._thread = WriterThread()
 
     # ---------------------------------------------------------------- enqueue (proxy hot path)
 
@@ -220,12 +218,8 @@ class Recorder:
     async def run(self) -> AsyncIterator[Recorder]:
         """Open (create, migrate) the file, mark sessions a dead run left live as 'interrupted',
         prune, then write until exit; on exit drain what is queued (bounded time)."""
-        loop = asyncio.get_running_loop()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recorder")
         self._wake = asyncio.Event()  # bound to this loop
-        try:
-            self._conn = await loop.run_in_executor(self._executor, schema.connect_or_replace, self.db_path)
-            self._conn.execute("PRAGMA wal_autocheckpoint = 0")  # see batches.CHECKPOINT_EVERY
+        async with self._thread.open(self.db_path):
             interrupted = await self.call_in_writer(schema.mark_interrupted)
             if interrupted:
                 log.warning("recorder: %d session(s) of a previous run marked interrupted", interrupted)
@@ -252,13 +246,6 @@ class Recorder:
                         self.records = None
                     if self._queue:
                         log.warning("recorder: %d item(s) not written at shutdown", len(self._queue))
-        finally:
-            conn, self._conn = self._conn, None
-            with anyio.CancelScope(shield=True):
-                if conn is not None:
-                    await loop.run_in_executor(self._executor, conn.close)
-                self._executor.shutdown(wait=True)
-            self._executor = None
 
     async def flush(self) -> bool:
         """Wait until everything enqueued before this call and not yet handled is handled,
@@ -280,7 +267,7 @@ class Recorder:
             if not self.writer_alive:
                 return False
             start = self._done
-            if self._busy == 0 and len(self._queue) <= INLINE_MAX:
+            if self._thread.idle and len(self._queue) <= INLINE_MAX:
                 lost = self._write_inline()
                 ok = not any(start < seq <= target for seq in lost)
             if self._done < target:
@@ -310,7 +297,7 @@ class Recorder:
     def _write_inline(self) -> Sequence[int]:
         """The queue's batch, committed on the loop (the writer thread is idle and stays so);
         returns the seqs lost."""
-        if self._conn is None or not self._queue:
+        if self._thread.conn is None or not self._queue:
             return []
         batch = self._queue.take(BATCH_MAX)
         try:
@@ -340,14 +327,7 @@ class Recorder:
 
     async def call_in_writer(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` on the writer thread, serialised with the batches (prune, tests)."""
-        if self._executor is None or self._conn is None:
-            raise RuntimeError("recorder is not running")
-        conn = self._conn
-        self._busy += 1
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, conn)
-        finally:
-            self._busy -= 1
+        return await self._thread.call(fn)
 
     async def _writer(self) -> None:
         try:
@@ -419,5 +399,5 @@ class Recorder:
     def _write_batch(self, batch: list[Item]) -> list[int]:
         """One transaction for the batch (on the writer thread, or on the loop while that thread
         is idle); returns the seqs of the items lost. See BatchWriter.write."""
-        assert self._conn is not None
-        return self._batches.write(self._conn, batch, self.dropped)
+        assert self._thread.conn is not None
+        return self._batches.write(self._thread.conn, batch, self.dropped)

@@ -1,0 +1,64 @@
+"""The record's one SQLite connection and the one thread that uses it.
+
+Batches, linked-file reads and prunes run on that thread one at a time (a ``sqlite3`` call there
+holds no event loop). The loop may use the connection itself, for the small commit a tool answer
+waits for, only while no job is on the thread (``idle``): the connection is never used by two
+threads at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TypeVar
+
+import anyio
+
+from router.record import schema
+
+T = TypeVar("T")
+
+
+class WriterThread:
+    def __init__(self) -> None:
+        self.conn: sqlite3.Connection | None = None  # set while open()
+        self._executor: ThreadPoolExecutor | None = None
+        self._jobs = 0
+
+    @asynccontextmanager
+    async def open(self, db_path: Path) -> AsyncIterator[WriterThread]:
+        """Open (create, migrate) the file on the thread; on exit close it there, even when
+        cancelled (what a batch wrote is committed; the connection must not leak)."""
+        loop = asyncio.get_running_loop()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recorder")
+        try:
+            self.conn = await loop.run_in_executor(self._executor, schema.connect_or_replace, db_path)
+            self.conn.execute("PRAGMA wal_autocheckpoint = 0")  # see batches.CHECKPOINT_EVERY
+            yield self
+        finally:
+            conn, self.conn = self.conn, None
+            with anyio.CancelScope(shield=True):
+                if conn is not None:
+                    await loop.run_in_executor(self._executor, conn.close)
+                self._executor.shutdown(wait=True)
+            self._executor = None
+
+    @property
+    def idle(self) -> bool:
+        """No job on the thread: the loop may use ``conn`` now."""
+        return self._jobs == 0
+
+    async def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(conn)`` on the thread, after the jobs before it."""
+        if self._executor is None or self.conn is None:
+            raise RuntimeError("recorder is not running")
+        conn = self.conn
+        self._jobs += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, conn)
+        finally:
+            self._jobs -= 1
