@@ -1,8 +1,10 @@
 """What the record's promise costs a tool answer: ``flush_rows()`` after a call's request and
 answer are queued (the wait an answer has before it leaves), on a real SQLite file in WAL mode,
 with a realistic snapshot answer. In-process; the router's own Recorder, given what the proxy
-gives it (router/http/exchange.py): an answer that keeps all it has in its text (an inline
-snapshot, no linked file) comes with its snapshot and no output dir to read later."""
+gives it (router/http/exchange.py, ``Extracted.for_record``): an answer that keeps all it has in
+its text (an inline snapshot), or links only its snapshot file (a navigation), comes with its
+snapshot and no output dir to read later. Timed: the commit the answer waits for, and apart from
+it the read of a linked snapshot before it."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from router.layout import StateLayout
 from router.record.recorder import Recorder
@@ -22,7 +25,16 @@ SNAPSHOT = "\n".join(f'- button "b{i}" [ref=e{i}]' for i in range(400))
 ANSWERS = {
     "browser_snapshot": {"content": [{"type": "text", "text": f"### Snapshot\n```yaml\n{SNAPSHOT}\n```\n"}]},
     "browser_tabs": {"content": [{"type": "text", "text": "### Result\n- 0: (current) [t](http://127.0.0.1/)"}]},
+    "browser_navigate": {},  # links a page-*.yml the worker wrote (navigate_answer)
 }
+NAVIGATE = "### Page\n- Page URL: http://127.0.0.1/\n- Page Title: t\n### Snapshot\n- [Snapshot]({path})"
+
+
+def navigate_answer(out: Path, i: int) -> dict[str, Any]:
+    """A navigation's answer and the snapshot file it links, written as the worker would."""
+    path = out / f"page-{i}.yml"
+    path.write_text(SNAPSHOT)
+    return {"content": [{"type": "text", "text": NAVIGATE.format(path=path)}]}
 PAUSE_S = 0.002  # between calls, as a client's turn-around
 
 
@@ -33,6 +45,7 @@ class CommitResult:
     p50_us: float
     p95_us: float
     cpu_us_per_call: float  # the whole process: loop and writer thread
+    read_p50_us: float  # Extracted.for_record: a linked snapshot read into the row, before the commit
 
 
 async def _one(tool: str, calls: int, warmup: int) -> CommitResult:
@@ -45,28 +58,36 @@ async def _one(tool: str, calls: int, warmup: int) -> CommitResult:
             recorder.session_opened("bench", client_info={"name": "bench"}, protocol_version=None, port=1, pid=1)
             await recorder.flush()
             waits: list[float] = []
-            result = json.dumps(ANSWERS[tool])
-            facts = summarize(ANSWERS[tool])
+            reads: list[float] = []
+            answers = [
+                navigate_answer(out, i) if tool == "browser_navigate" else ANSWERS[tool] for i in range(warmup + calls)
+            ]
+            results = [json.dumps(a) for a in answers]
+            facts = [summarize(a) for a in answers]  # the exchange's, before the record's part
             cpu0 = time.process_time()
             for i in range(warmup + calls):
                 ref = f"ref-{i}"
                 recorder.request(ref, "bench", "tools/call", tool, {"name": tool, "arguments": {}}, size=60)
-                now = facts.for_record(out)  # as the exchange does for each answer
+                t0 = time.perf_counter()
+                now = facts[i].for_record(out)  # as the exchange does for each answer
+                read = time.perf_counter() - t0
                 snapshot, console = now or (None, None)
                 recorder.response(
-                    ref, status="success", result=result, page_snapshot=snapshot, console_logs=console,
+                    ref, status="success", result=results[i], page_snapshot=snapshot, console_logs=console,
                     duration_ms=1.0, output_dir=None if now is not None else out,
                 )
                 t0 = time.perf_counter()
                 assert await recorder.flush_rows()
                 if i >= warmup:
                     waits.append((time.perf_counter() - t0) * 1e6)
+                    reads.append(read * 1e6)
                 await asyncio.sleep(PAUSE_S)
             await recorder.flush()
             cpu = time.process_time() - cpu0
     waits.sort()
     return CommitResult(
-        tool, calls, statistics.median(waits), waits[int(len(waits) * 0.95)], cpu * 1e6 / (warmup + calls)
+        tool, calls, statistics.median(waits), waits[int(len(waits) * 0.95)], cpu * 1e6 / (warmup + calls),
+        statistics.median(reads),
     )
 
 
@@ -79,7 +100,11 @@ def table(results: list[CommitResult]) -> list[str]:
         f"### The record's commit on a tool answer's path ({results[0].calls} calls per answer kind, "
         f"`Recorder.flush_rows()` after request + answer, {PAUSE_S * 1000:.0f} ms between calls)",
         "",
-        "| answer | p50 µs | p95 µs | CPU µs per call (loop + writer thread) |",
-        "|---|---:|---:|---:|",
-        *(f"| `{r.tool}` | {r.p50_us:.0f} | {r.p95_us:.0f} | {r.cpu_us_per_call:.0f} |" for r in results),
+        "| answer | commit p50 µs | p95 µs | reading its linked snapshot first, p50 µs "
+        "| CPU µs per call (loop + writer thread) |",
+        "|---|---:|---:|---:|---:|",
+        *(
+            f"| `{r.tool}` | {r.p50_us:.0f} | {r.p95_us:.0f} | {r.read_p50_us:.0f} | {r.cpu_us_per_call:.0f} |"
+            for r in results
+        ),
     ]
