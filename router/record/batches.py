@@ -26,7 +26,7 @@ log = logging.getLogger("router.record.recorder")
 
 MAX_PENDING_FAILURES: Final = 100
 # The loop may commit, so SQLite's own checkpoint (run by whichever commit crosses its threshold)
-# is off; the writer thread checkpoints after this many commits instead.
+# is off; the writer thread checkpoints after this many commits instead, wherever they were made.
 CHECKPOINT_EVERY: Final = 200
 
 
@@ -50,9 +50,25 @@ class BatchWriter:
     def note_failure(self, what: str, error: str) -> None:
         self._pending_failures.append((time.time(), what, error))
 
-    def write(self, conn: sqlite3.Connection, batch: Sequence[Item], dropped_total: int) -> list[int]:
-        """One transaction for the batch; returns the seqs of the items lost (drop markers
-        included). Never raises: a failure is counted, logged and kept for recorder_failures."""
+    def begin_now(self, conn: sqlite3.Connection) -> bool:
+        """Opens a write transaction without waiting (for ``write(begun=True)`` on the event
+        loop): False when another connection holds the write lock (a reader's cursor write,
+        another process), which the writer thread may wait for but the loop must not."""
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError:
+            return False
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {schema.BUSY_TIMEOUT_MS}")
+        return True
+
+    def write(
+        self, conn: sqlite3.Connection, batch: Sequence[Item], dropped_total: int, *, begun: bool = False
+    ) -> list[int]:
+        """One transaction for the batch (``begun``: opened already, by ``begin_now``); returns
+        the seqs of the items lost (drop markers included). Never raises: a failure is counted,
+        logged and kept for recorder_failures."""
         lost = [item.seq for item in batch if item.kind == "dropped"]
         for item in batch:
             if item.kind == "dropped":
@@ -60,7 +76,8 @@ class BatchWriter:
         items = [item for item in batch if item.kind != "dropped"]
         jobs: list[Enrichment] = []
         try:
-            conn.execute("BEGIN")
+            if not begun:
+                conn.execute("BEGIN")
             for item in items:
                 if (job := self.rows.apply(conn, item)) is not None:
                     jobs.append(job)
@@ -123,12 +140,19 @@ class BatchWriter:
             _rollback(conn)
             self.note_failure(f"linked files of {len(jobs)} answer(s)", repr(exc))
             log.error("recorder: linked files of %d answer(s) not read: %s", len(jobs), exc)
-        if self._commits >= CHECKPOINT_EVERY:
-            self._commits = 0
-            try:
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            except sqlite3.Error as exc:
-                log.warning("recorder: checkpoint failed: %s", exc)
+
+    @property
+    def checkpoint_due(self) -> bool:
+        return self._commits >= CHECKPOINT_EVERY
+
+    def checkpoint(self, conn: sqlite3.Connection) -> None:
+        """Copies the WAL back into the database so the WAL starts over (writer thread: it may
+        wait for the file). PASSIVE: never waits for readers; what they hold is copied next time."""
+        self._commits = 0
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error as exc:
+            log.warning("recorder: checkpoint failed: %s", exc)
 
     def prune(self, conn: sqlite3.Connection, cutoff: float) -> list[str]:
         """Deletes the record (and kept files) older than ``cutoff``; the session ids deleted."""

@@ -27,6 +27,7 @@ Must be used from the event loop thread only (the enqueue methods are not thread
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import sqlite3
@@ -297,12 +298,20 @@ class Recorder:
     def _write_inline(self) -> Sequence[int]:
         """The queue's batch, committed on the loop (the writer thread is idle and stays so);
         returns the seqs lost."""
-        if self._thread.conn is None or not self._queue:
+        conn = self._thread.conn
+        if conn is None or not self._queue:
             return []
+        try:
+            if not self._batches.begin_now(conn):
+                return []  # another connection is writing: the thread waits for it, not the loop
+        except sqlite3.Error:
+            return []  # the thread's own attempt will count what fails
         batch = self._queue.take(BATCH_MAX)
         try:
-            lost: Sequence[int] = self._write_batch(batch)
+            lost: Sequence[int] = self._write_batch(batch, begun=True)
         except Exception as exc:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
             lost = [item.seq for item in batch]
             self._done = batch[-1].seq
             self._writer_died(exc)
@@ -324,6 +333,8 @@ class Recorder:
             self._enrich.extend(jobs)
             self._enrich_queued += len(jobs)
             self._wake.set()
+        if self._batches.checkpoint_due:
+            self._wake.set()  # on the thread: a checkpoint may wait for the file
 
     async def call_in_writer(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` on the writer thread, serialised with the batches (prune, tests)."""
@@ -347,6 +358,8 @@ class Recorder:
                     finally:
                         self._enrich_done += len(jobs)
                         self._waiters.linked_done(self._enrich_done)
+                elif self._batches.checkpoint_due:
+                    await self.call_in_writer(self._batches.checkpoint)
                 else:
                     self._wake.clear()
                     await self._wake.wait()
@@ -358,7 +371,7 @@ class Recorder:
             self._waiters.release_all(self._done)  # nobody may wait forever on a stopped writer
 
     def _writer_died(self, exc: Exception) -> None:
-        """_write_batch handles every database error itself: this is a bug or a broken executor.
+        """BatchWriter.write handles every database error itself: this is a bug or a broken executor.
         Nothing will be recorded any more; say so rather than limp on."""
         if self.writer_failure is not None:
             return
@@ -396,8 +409,8 @@ class Recorder:
     def _write_batch_on(self, conn: sqlite3.Connection, batch: list[Item]) -> list[int]:
         return self._write_batch(batch)
 
-    def _write_batch(self, batch: list[Item]) -> list[int]:
+    def _write_batch(self, batch: list[Item], *, begun: bool = False) -> list[int]:
         """One transaction for the batch (on the writer thread, or on the loop while that thread
-        is idle); returns the seqs of the items lost. See BatchWriter.write."""
+        is idle, ``begun`` by BatchWriter.begin_now); the seqs of the items lost."""
         assert self._thread.conn is not None
-        return self._batches.write(self._thread.conn, batch, self.dropped)
+        return self._batches.write(self._thread.conn, batch, self.dropped, begun=begun)

@@ -14,13 +14,17 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Final, TypeVar
 
 import anyio
 
 from router.record import schema
 
 T = TypeVar("T")
+
+# The WAL file is cut back to this when it starts over after a checkpoint (a burst of big answers
+# must not leave it large for the router's lifetime).
+WAL_SIZE_LIMIT: Final = 32 * 1024 * 1024
 
 
 class WriterThread:
@@ -38,6 +42,7 @@ class WriterThread:
         try:
             self.conn = await loop.run_in_executor(self._executor, schema.connect_or_replace, db_path)
             self.conn.execute("PRAGMA wal_autocheckpoint = 0")  # see batches.CHECKPOINT_EVERY
+            self.conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
             yield self
         finally:
             conn, self.conn = self.conn, None
@@ -57,8 +62,13 @@ class WriterThread:
         if self._executor is None or self.conn is None:
             raise RuntimeError("recorder is not running")
         conn = self.conn
+        loop = asyncio.get_running_loop()
         self._jobs += 1
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, conn)
-        finally:
-            self._jobs -= 1
+        job = self._executor.submit(fn, conn)
+        # Counted off when the thread is done with it, not when its awaiter is: a cancelled
+        # await (a prune at shutdown) leaves the job running, and the loop must not commit then.
+        job.add_done_callback(lambda _: loop.call_soon_threadsafe(self._job_done))
+        return await asyncio.wrap_future(job)
+
+    def _job_done(self) -> None:
+        self._jobs -= 1

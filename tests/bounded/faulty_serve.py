@@ -40,7 +40,7 @@ def inject_core_failure() -> None:
 
 
 def inject_writer_death() -> None:
-    def broken(self: Recorder, batch: Any) -> list[int]:
+    def broken(self: Recorder, batch: Any, **_: Any) -> list[int]:
         raise RuntimeError("injected writer failure")
 
     Recorder._write_batch = broken  # type: ignore[method-assign]

@@ -83,7 +83,7 @@ def test_a_dead_recorder_writer_makes_healthz_503(state_dir: Path, monkeypatch: 
     with RouterThread(router_settings(state_dir, record=True)) as router:
         assert _healthz(router.port).json()["record"]["failed_batches"] == 0
 
-        def broken(batch: Any) -> list[int]:
+        def broken(batch: Any, **_: Any) -> list[int]:
             raise RuntimeError("injected writer failure")
 
         monkeypatch.setattr(router.manager.recorder, "_write_batch", broken)

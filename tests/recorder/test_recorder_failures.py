@@ -86,7 +86,7 @@ async def test_a_dead_writer_is_reported_and_flush_returns_false(
     reasons: list[str] = []
     rec = Recorder(db_path, on_writer_failure=reasons.append)
 
-    def broken(batch: Any) -> list[int]:
+    def broken(batch: Any, **_: Any) -> list[int]:
         raise RuntimeError("injected")
 
     async with rec.run():
