@@ -35,6 +35,7 @@ from router.http.session_stream import SessionStream
 from router.http.sse import encode_event
 from router.http.streaming import (
     Writer,
+    answer_missing,
     forward_events,
     run_stream,
     send_accepted,
@@ -236,14 +237,14 @@ class McpEndpoint:
         try:
             upstream = await self._send_request(session, connection, scope, message)
         except UpstreamError as exc:
-            exchange.failed(str(exc))
+            await exchange.failed(str(exc))
             raise _unreachable(session, exc) from None
         try:
             content_type = upstream.content_type
             if upstream.status_code >= 500 or upstream.status_code == 404:
                 # The worker broke or lost its session: a routing failure, never the client's 404.
                 detail = (await upstream.aread())[:WORKER_ERROR_EXCERPT].decode("utf-8", "replace")
-                exchange.failed(f"worker answered HTTP {upstream.status_code}")
+                await exchange.failed(f"worker answered HTTP {upstream.status_code}")
                 raise WorkerUnreachable(
                     f"Worker failed: HTTP {upstream.status_code}",
                     data={"session": session.id, "worker_status": upstream.status_code, "body": detail},
@@ -302,19 +303,23 @@ class McpEndpoint:
             await send({"type": "http.response.body", "body": await whole_answer(upstream.read_now(), exchange)})
             return
         writer = Writer(send)
+        relayed = False
+
+        async def relay() -> None:
+            nonlocal relayed
+            await forward_events(upstream.aiter_raw(), writer, exchange)
+            relayed = True  # to the stream's end (not cut short by the client going)
+
         try:
-            await run_stream(
-                receive,
-                writer,
-                forward_events(upstream.aiter_raw(), writer, exchange),
-                keepalive=self.keepalive_interval,
-            )
+            await run_stream(receive, writer, relay(), keepalive=self.keepalive_interval)
         except UpstreamError as exc:
             # The worker died mid-call: the client still gets an answer for its request, not a hang.
             error = _unreachable(session, exc)
-            exchange.failed(error.message)
+            await exchange.failed(error.message)
             payload = error_body(error.code, error.message, error.data, exchange.message.id)
             await send({"type": "http.response.body", "body": encode_event(payload), "more_body": True})
+        if relayed and (missing := await answer_missing(exchange)):
+            await send({"type": "http.response.body", "body": missing, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
 
     # -- GET ----------------------------------------------------------------------------------

@@ -134,13 +134,17 @@ class Exchange:
         replaced = await self._answer(body)
         return body if replaced is None else replaced
 
-    def failed(self, error: str) -> None:
+    async def failed(self, error: str) -> None:
+        """The request got no answer from its worker; the client gets ``error`` instead, and
+        (a tool call) only once that is in the record, as an answer would be."""
         if self.done:
             return
         self.done = True
         recorder = self.hooks.recorder
         if recorder is not None:
             recorder.response(self.ref_id, status="error", result=None, error=error, duration_ms=self._elapsed_ms())
+            if self.is_tool_call and not await recorder.flush_rows():
+                log.warning("call failed without its record session=%s ref=%s", self.session.id, self.ref_id)
         self._log("error")
 
     async def _answer(self, payload: bytes) -> bytes | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import anyio
 from starlette.types import Receive, Send
@@ -17,6 +17,8 @@ from router.types import H_SESSION_ID, JSON
 if TYPE_CHECKING:
     from router.http.exchange import Exchange
     from router.sessions.table import Session
+
+NO_ANSWER: Final = "The worker's answer stream ended without an answer to this request"
 
 
 async def send_start(send: Send, status: int, headers: list[tuple[bytes, bytes]]) -> None:
@@ -66,9 +68,18 @@ async def forward_events(
             # Most likely the answer itself: this call gets a clear error, nothing else is held up.
             message = f"The worker's answer was too large to relay: {too_large}"
             if exchange is not None and not exchange.done:
-                exchange.failed(message)
+                await exchange.failed(message)
                 await write(encode_event(error_body(INTERNAL_ERROR, message, None, exchange.message.id)))
             return
+
+
+async def answer_missing(exchange: Exchange) -> bytes:
+    """An error event for a request whose answer stream ended without its answer (b"" when it
+    had one): the client is not left waiting for it, and the record says what happened."""
+    if exchange.done:
+        return b""
+    await exchange.failed(NO_ANSWER)
+    return encode_event(error_body(INTERNAL_ERROR, NO_ANSWER, None, exchange.message.id))
 
 
 async def whole_answer(data: bytes, exchange: Exchange) -> bytes:
@@ -82,6 +93,7 @@ async def whole_answer(data: bytes, exchange: Exchange) -> bytes:
         yield data
 
     await forward_events(once(), collect, exchange)
+    out.append(await answer_missing(exchange))
     return b"".join(out)
 
 

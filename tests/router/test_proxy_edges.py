@@ -4,14 +4,17 @@ the router's own HTTP client to its workers meets odd framing, hang-ups and bad 
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from router.http import endpoint
+from router.http.streaming import NO_ANSWER
 from router.http.upstream import UpstreamPool
 from tests.support import RawClient, RouterThread, free_port, messages_of, router_settings
 from tests.support.scripted_worker import CLOSE, InParts, ScriptedWorker, ThenClose, http_answer
@@ -30,7 +33,13 @@ class Edge:
 
 @pytest.fixture
 def edge(state_dir: Path) -> Iterator[Edge]:
-    with RouterThread(router_settings(state_dir)) as router, RawClient(router.url) as client:
+    with edge_router(state_dir) as edge:
+        yield edge
+
+
+@contextmanager
+def edge_router(state_dir: Path, *, record: bool = False) -> Iterator[Edge]:
+    with RouterThread(router_settings(state_dir, record=record)) as router, RawClient(router.url) as client:
         client.initialize()
         client.start_worker()
         connection = router.manager.sessions.get(client.session_id).connection
@@ -138,6 +147,43 @@ def test_slow_answer_is_streamed_and_what_comes_first_is_not_held(
     assert first["method"] == "notifications/message"
     assert answer["result"]["content"][0]["text"] == "slow"
     assert answered - noted > 0.1  # the worker wrote them 0.3 s apart: the first was not held
+
+
+def call_rows(edge: Edge) -> list[tuple[str, str]]:
+    """(status, error) of the record's browser_tabs calls, read the moment the client has its answer."""
+    with sqlite3.connect(edge.router.settings.state_dir / "router.db") as conn:
+        return conn.execute(
+            "SELECT r.status, r.error FROM requests q JOIN responses r USING (ref_id) WHERE q.tool = 'browser_tabs'"
+        ).fetchall()
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+def test_answer_stream_ending_without_the_answer_gets_an_error(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch, streamed: bool
+) -> None:
+    # The worker's stream for a call ends with no event answering it: the client is told so,
+    # in the same stream, and the call is in the record as failed before it is told.
+    monkeypatch.setattr(endpoint, "WHOLE_ANSWER_WAIT", 0.05)
+    note = b'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/message","params":{}}\n\n'
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    chunk = f"{len(note):x}\r\n".encode() + note + b"\r\n0\r\n\r\n"
+    with edge_router(state_dir, record=True) as edge:
+        edge.worker.answers.append(InParts(head, chunk, gap=0.3 if streamed else 0.0))
+        body = {"jsonrpc": "2.0", "id": 55, "method": "tools/call", "params": {"name": "browser_tabs"}}
+        r = edge.client.post(body)
+        assert r.status_code == 200
+        first, last = messages_of(r)
+        assert first["method"] == "notifications/message"
+        assert last["id"] == 55 and "without an answer" in last["error"]["message"]
+        assert call_rows(edge) == [("error", NO_ANSWER)]
+
+
+def test_a_failed_call_is_in_the_record_before_its_error_reaches_the_client(state_dir: Path) -> None:
+    with edge_router(state_dir, record=True) as edge:
+        edge.worker.answers.append(http_answer(500, b"boom", {"content-type": "text/plain"}))
+        r = edge.client.post({"jsonrpc": "2.0", "id": 56, "method": "tools/call", "params": {"name": "browser_tabs"}})
+        assert r.status_code == 502
+        assert call_rows(edge) == [("error", "worker answered HTTP 500")]
 
 
 @pytest.mark.parametrize(
