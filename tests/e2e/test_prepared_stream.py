@@ -94,16 +94,3 @@ async def test_the_worker_is_answered_until_the_clients_stream_takes_the_stream(
         finally:
             await connection.aclose()
 
-
-async def test_a_client_without_a_get_stream_is_not_kept_waiting(tmp_path: Path) -> None:
-    """No stream to carry the router's question: the hand-over is refused at once, not after
-    the roots wait (the stream gets ``STREAM_GRACE`` to open, in Continuity.attach)."""
-
-    class Unused:
-        async def open_stream(self) -> Any:
-            return None
-
-    stream = PreparedStream(cast(ControlSession, Unused()), ROOTS)
-    session = Session("client", initialize_params=dict(PARAMS))
-    with anyio.fail_after(1.0):
-        assert not await stream.hand_over_to(session, wait=30.0)

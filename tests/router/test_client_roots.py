@@ -248,3 +248,13 @@ async def test_a_stream_waiting_for_the_clients_relay_goes_only_to_its_own_worke
     assert session.adopted_stream == (ours, second), "another worker's relay dropped it"
     assert session.drop_adopted_stream() is second
     assert session.adopted_stream is None
+
+
+async def test_a_client_without_a_get_stream_is_not_kept_waiting() -> None:
+    """No stream to carry the router's question: the hand-over is refused at once, not after
+    the roots wait (the stream gets ``STREAM_GRACE`` to open, in Continuity.attach)."""
+
+    stream = PreparedStream(cast(ControlSession, object()), ROOTS)
+    session = Session("client", initialize_params=CC_PARAMS)
+    with anyio.fail_after(1.0):
+        assert not await stream.hand_over_to(session, wait=30.0)
