@@ -279,6 +279,9 @@ class Continuity:
         session.asked.clear()
         session.worker_has_roots = False
         self._drop_held(session)  # the old worker session's
+        held = await self._hold_for_streamless(session, replay, waited=True)
+        if held is not None:
+            session.adopted_stream = (connection, held)
         session.worker_switched()  # the client's GET stream follows the new worker session
         log.info("worker session reopened session=%s", session.id)
         return True

@@ -258,3 +258,28 @@ async def test_a_client_without_a_get_stream_is_not_kept_waiting() -> None:
     session = Session("client", initialize_params=CC_PARAMS)
     with anyio.fail_after(1.0):
         assert not await stream.hand_over_to(session, wait=30.0)
+
+
+async def test_handed_over_it_answers_on_until_the_clients_stream_takes_it(
+    wire: tuple[MemoryObjectSendStream[bytes], FakeSession],
+) -> None:
+    """A resume's restore runs between the hand-over and the relay: a ping the worker sends then
+    is answered by the holder, one sent after the relay took the stream is the client's."""
+    send, fake = wire
+    session = Session("client", initialize_params=CC_PARAMS)
+    await session.stream.claim(anyio.CancelScope())
+    question = session.roots.question()
+    assert question is not None
+    session.roots.take_answer(question["id"], {"result": {"roots": ROOTS}})
+    after = event({"jsonrpc": "2.0", "id": 2, "method": "ping"})
+    async with holding(fake) as (stream, _tg):
+        assert await stream.hand_over_to(session, wait=1.0)
+        await send.send(event({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+        await async_wait_for(lambda: len(fake.answers) == 1)
+        adopted = await stream.take()
+        await send.send(after)
+        send.close()
+    assert fake.answers == [{"jsonrpc": "2.0", "id": 1, "result": {}}]
+    assert adopted is not None
+    relayed = adopted.rest + b"".join([chunk async for chunk in adopted.upstream.aiter_raw()])
+    assert relayed == after
