@@ -123,10 +123,11 @@ class Continuity:
                     usable = await prepared_stream.hand_over_to(session, wait)
                     held = prepared_stream if usable else None
                 elif prepared_stream is not None:
-                    # Not on a resume: the handshake replayed there is no slower (it runs beside
-                    # the restore; scripts/bench resume p50 0.93 s replayed, 1.10 s handed over,
-                    # 10 each), and the new session's pings start at the resumed call, where a
-                    # handed-over one keeps the pool's 3-s rhythm (a 2-s reap could come first).
+                    # Not on a resume: the handshake replayed there runs beside the restore, and
+                    # taking the held stream measured no faster (scripts/bench's resumed click,
+                    # 4 runs of 5 each way: p50 0.94 s replayed, 0.93 s handed over, each run's
+                    # cold first left out); the new session's pings start at the resumed call,
+                    # a handed-over one's keep the pool's 3-s rhythm.
                     self.start_soon(prepared_stream.close)
                     usable = False
                 if not usable:
