@@ -95,8 +95,9 @@ class SessionStream:
     async def _relay_worker_stream(
         self, session: Session, scope: Scope, connection: WorkerConnection, worker_session_id: str, writer: Writer
     ) -> None:
-        adopted = session.take_adopted_stream(connection)
-        if adopted is not None:  # a warm worker's stream, open already (prepared_stream.py)
+        held = session.take_adopted_stream(connection)  # open already (prepared_stream.py)
+        adopted = await held.take() if held is not None else None
+        if adopted is not None:
             upstream, rest = adopted.upstream, adopted.rest
         else:
             headers = upstream_headers(

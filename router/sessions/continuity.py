@@ -31,9 +31,10 @@ from router.sessions.admission import Admission
 from router.sessions.bringup import BringUps
 from router.sessions.control import ControlError, ControlSession
 from router.sessions.handshake import HandshakeCache
-from router.sessions.prepared_stream import AdoptedStream, PreparedStream
+from router.sessions.prepared_stream import PreparedStream, wait_for_stream
 from router.sessions.restore import restore_browser
 from router.sessions.resume_notice import resumed_notice
+from router.sessions.roots import declares_roots
 from router.sessions.state_save import SAVE_TIMEOUT, BrowserStateSaver
 from router.sessions.table import ENDED, RECORD_STATE, Session, State
 from workers.supervisor import Supervisor, Worker
@@ -44,8 +45,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mcp_router.continuity")
 
-# The client's answer to the roots/list the router asks when its GET stream opens (roots.py); a
-# client that declares roots and opens no stream waits this once, then its worker's session is new.
+# The client's answer to the roots/list the router asks when its GET stream opens (roots.py),
+# awaited at most this long before a warm worker's prepared session is given up.
 ROOTS_WAIT: Final = 1.0
 
 
@@ -75,6 +76,7 @@ class Continuity:
         self.metrics = metrics
         self.start_soon = start_soon
         self.state_saver = BrowserStateSaver(layout)
+        self.roots_wait = ROOTS_WAIT  # ``attach``'s default
 
     # -- taking a worker up ----------------------------------------------------------------------
 
@@ -89,16 +91,18 @@ class Continuity:
         prepared_stream: PreparedStream | None = None,
         reason: str | None = None,
         queued_since: float | None = None,
-        roots_wait: float = ROOTS_WAIT,
+        roots_wait: float | None = None,
     ) -> dict[str, Any]:
         """A worker for ``session`` (``worker`` when one was taken from the pool, else a spawn):
         the client's handshake replayed, the control session opened, the browser restored.
         ``prepared``: a session the pool opened on ``worker`` ahead of time; when it was opened
         with the client's own initialize params it is the client's, and nothing is replayed.
         ``prepared_stream``: its GET stream, when its first call was made with roots: then it is
-        the client's only if the client's roots are the same and its GET stream is open (their
-        answer awaited for ``roots_wait`` s: none at ``initialize``, before any stream), and
-        never on a resume (``reason``).
+        the client's only if its GET stream is open (given ``STREAM_GRACE`` to open) and the
+        client's roots are the same (their answer awaited ``roots_wait`` s, by default
+        ``self.roots_wait``; 0 at ``initialize``, before any stream could open: neither is
+        awaited), and never on a resume (``reason``). A client that declares roots and has no
+        GET stream gets one held by the router (``_hold_for_streamless``).
         Called with ``session.lock`` held; raises ServiceUnavailable or WorkerUnreachable.
         Returns the worker's answer to the replayed ``initialize``.
 
@@ -107,23 +111,30 @@ class Continuity:
         sessions resuming at once on two cores otherwise all crawl together (measured here:
         each waited ~18 s), where queued, the first are back at once and the median halves."""
         if worker is not None:
-            adopted = None
+            held = None
+            waited = False
             if prepared is not None:
                 usable = prepared.opened_with == (session.initialize_params or None)
                 if usable and prepared_stream is not None and reason is None:
-                    adopted = await prepared_stream.hand_over_to(session, roots_wait)
-                    usable = adopted is not None
+                    wait = self.roots_wait if roots_wait is None else roots_wait
+                    if wait > 0:  # else at initialize: no stream can be open yet
+                        await wait_for_stream(session)
+                    waited = True
+                    usable = await prepared_stream.hand_over_to(session, wait)
+                    held = prepared_stream if usable else None
                 elif prepared_stream is not None:
-                    # Not on a resume: there the client's GET stream is relaying already, and in
-                    # scripts/bench 1-2 of 5 resumed sessions then got no ping from their worker;
-                    # such a session has its handshake replayed and answers roots/list itself.
+                    # Not on a resume: the handshake replayed there runs beside the restore, and
+                    # taking the held stream measured no faster (scripts/bench's resumed click,
+                    # 4 runs of 5 each way: p50 0.94 s replayed, 0.93 s handed over, each run's
+                    # cold first left out); the new session's pings start at the resumed call,
+                    # a handed-over one's keep the pool's 3-s rhythm.
                     self.start_soon(prepared_stream.close)
                     usable = False
                 if not usable:
                     self.start_soon(prepared.close)  # another client's shape or roots: the worker forgets it
                     prepared = None
             return await self._attach(
-                session, worker, control, connection, prepared, reason, time.monotonic(), adopted
+                session, worker, control, connection, prepared, reason, time.monotonic(), held, waited
             )
         if queued_since is not None:
             return await self._attach(session, None, control, connection, None, reason, queued_since)
@@ -140,7 +151,8 @@ class Continuity:
         prepared: ControlSession | None,
         reason: str | None,
         queued: float,
-        adopted: AdoptedStream | None = None,
+        held: PreparedStream | None = None,
+        stream_waited: bool = False,
     ) -> dict[str, Any]:
         started = time.monotonic()
         if worker is None:
@@ -189,6 +201,8 @@ class Continuity:
                 raise failures[0]
             self._learn_handshake(session, replay, control)
         except ControlError as exc:
+            if held is not None:
+                await held.close()
             await connection.aclose()
             self.admission.release(worker.session_id)
             await self.supervisor.stop(worker.session_id)
@@ -198,11 +212,16 @@ class Continuity:
                 data={"session": session.id, "stderr": worker.stderr_tail()},
             ) from None
         if session.state in ENDED:  # ended (DELETE, --end) while the worker was coming up
+            if held is not None:
+                await held.close()
             await connection.aclose()
             return replay.initialize_result
-        if adopted is not None:  # relayed by the client's stream, which _bind wakes
-            session.adopted_stream = (connection, adopted)
-        session.worker_has_roots = adopted is not None
+        session.worker_has_roots = held is not None
+        if held is None:
+            held = await self._hold_for_streamless(session, replay, waited=stream_waited)
+        if held is not None:  # taken by the client's stream, which _bind wakes
+            self._drop_held(session)
+            session.adopted_stream = (connection, held)
         self._bind(session, connection, worker_session_id, control)
         if reason is not None:
             session.resumed_notice = resumed_notice(reason) if restored else None
@@ -221,6 +240,35 @@ class Continuity:
         )  # fmt: skip
         return replay.initialize_result
 
+    async def _hold_for_streamless(
+        self, session: Session, replay: ControlSession, *, waited: bool
+    ) -> PreparedStream | None:
+        """The worker's GET stream, held by the router for a client that declares ``roots`` but
+        has no GET stream of its own (after ``STREAM_GRACE``, unless ``waited`` already). The
+        worker asks ``roots/list`` only on a GET stream: without one it waits 5 s, asks into
+        nothing and waits 60 s more for the answer (@playwright/mcp 0.0.83, measured). Held,
+        its question is answered with no roots (where the worker ends up anyway, a minute
+        later: its own cwd) and its pings are answered, until a GET stream of the client's
+        takes the stream over."""
+        if not declares_roots(session.initialize_params) or session.stream.held:
+            return None
+        if not waited and await wait_for_stream(session):
+            return None
+        held = PreparedStream(replay, [])
+        try:
+            await held.open()
+        except ControlError as exc:
+            log.info("no stream held for a client without one session=%s: %s", session.id, exc)
+            return None
+        self.start_soon(held.run)
+        return held
+
+    def _drop_held(self, session: Session) -> None:
+        """Closes a held stream of the session's worker nobody will relay any more."""
+        stale = session.drop_adopted_stream()
+        if stale is not None:
+            self.start_soon(stale.close)
+
     async def reopen(self, session: Session, connection: WorkerConnection) -> bool:
         """A new worker session for the client's handshake on the same, living worker."""
         replay = ControlSession(connection)
@@ -231,6 +279,10 @@ class Continuity:
             return False
         session.asked.clear()
         session.worker_has_roots = False
+        self._drop_held(session)  # the old worker session's
+        held = await self._hold_for_streamless(session, replay, waited=True)
+        if held is not None:
+            session.adopted_stream = (connection, held)
         session.worker_switched()  # the client's GET stream follows the new worker session
         log.info("worker session reopened session=%s", session.id)
         return True
@@ -325,6 +377,7 @@ class Continuity:
         session.worker_session_id = None
         session.control = None
         session.asked.clear()
+        self._drop_held(session)
         session.state = state
         self.admission.release(session.id)
         self.record_state(session)

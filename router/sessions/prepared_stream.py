@@ -7,9 +7,11 @@ stream has been open it pings every 3 s and closes the session when a ping goes 
 5 s. So the pool holds the stream: it answers ``roots/list`` with the roots the last client gave
 (router/sessions/roots.py) and every ping, which lets the prepared session make its first call
 before any client asks. The session is handed over only to a client whose roots are the same,
-and the stream with it, still open: the client's GET stream relays it from where the holder
-stopped reading (a stream closed and reopened would drop a ping sent in between, and the worker
-would close the session 5 s later).
+and the stream with it, still open: the holder reads and answers on until the client's GET
+stream takes it (``take``), which relays it from where the holder stopped reading. A stream
+closed and reopened would drop a ping sent in between, and one left unread (a resume's restore
+runs between the hand-over and the relay) would leave one unanswered: either way the worker
+closes the session 5 s later.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ log = logging.getLogger("mcp_router.pool")
 METHOD_NOT_FOUND: Final = -32601
 # A reader that does not stop within this (its task never ran) gives the session up instead.
 HAND_OVER_WAIT: Final = 1.0
+# How long a client's GET stream may lag behind its first call (Claude Code opens it right after
+# notifications/initialized, before tools/list).
+STREAM_GRACE: Final = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +49,7 @@ class AdoptedStream:
 
 
 class PreparedStream:
-    """``open()``, then ``run()`` in a task of its own, then ``hand_over()`` or ``close()``."""
+    """``open()``, then ``run()`` in a task of its own, then ``take()`` or ``close()``."""
 
     def __init__(self, session: ControlSession, roots: Roots) -> None:
         self.session = session
@@ -101,26 +106,27 @@ class PreparedStream:
             except ControlError as exc:
                 log.debug("prepared session's answer refused: %s", exc)
 
-    async def hand_over_to(self, session: Session, wait: float) -> AdoptedStream | None:
-        """The open stream, for ``session``'s client when its roots (awaited ``wait`` s: Claude
-        Code's GET stream may be a moment behind its first call) are the ones this session's
-        first call was made with and its GET stream is open to relay it; else closed, and the
-        caller lets the prepared session go too."""
+    async def hand_over_to(self, session: Session, wait: float) -> bool:
+        """Whether ``session``'s client may have this stream and its prepared session: its GET
+        stream is open to relay it, and its roots (awaited ``wait`` s) are the ones this
+        session's first call was made with. If not, closed, and the caller lets the prepared
+        session go too. When it may, the stream is read and answered on until the client's
+        stream takes it (``take``)."""
         roots = None
-        with anyio.move_on_after(wait):
-            roots = await session.roots.answered()
-        same = roots is not None and roots == self.roots and session.stream.held
-        adopted = await self.hand_over() if same else None
-        if adopted is None:
+        if session.stream.held:
+            with anyio.move_on_after(wait):
+                roots = await session.roots.answered()
+        same = roots is not None and roots == self.roots and session.stream.held and self.alive
+        if not same:
             log.info(
                 "warm worker's prepared session not handed over session=%s stream=%s roots=%s",
                 session.id, "open" if session.stream.held else "absent",
                 "unknown" if roots is None else ("same" if roots == self.roots else "different"),
             )  # fmt: skip
             await self.close()
-        return adopted
+        return same
 
-    async def hand_over(self) -> AdoptedStream | None:
+    async def take(self) -> AdoptedStream | None:
         """Stops reading and gives the open stream away (None: it has ended already)."""
         self._scope.cancel()
         with anyio.move_on_after(HAND_OVER_WAIT):
@@ -137,6 +143,14 @@ class PreparedStream:
         upstream, self._upstream = self._upstream, None
         if upstream is not None:
             await upstream.aclose()
+
+
+async def wait_for_stream(session: Session) -> bool:
+    """Whether the client's GET stream is open, given ``STREAM_GRACE`` to open."""
+    if not session.stream.held:
+        with anyio.move_on_after(STREAM_GRACE):
+            await session.stream.opened()
+    return session.stream.held
 
 
 async def close_prepared(client: ControlSession | None, stream: PreparedStream | None) -> None:

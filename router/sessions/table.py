@@ -21,7 +21,7 @@ from workers.health import RestartBudget
 if TYPE_CHECKING:
     from router.http.proxy import WorkerConnection
     from router.sessions.control import ControlSession
-    from router.sessions.prepared_stream import AdoptedStream
+    from router.sessions.prepared_stream import PreparedStream
 
 MAX_ASKED = 64  # the worker's open requests to the client we remember, to route the answers
 SESSION_ID_BYTES = 24  # 192 random bits, 32 URL-safe characters
@@ -124,8 +124,9 @@ class Session:
     # The router's own notifications for the client's GET stream, and its resource subscriptions.
     outbox: Outbox = field(default_factory=Outbox)
     roots: ClientRoots = field(default_factory=ClientRoots)  # the client's, as the router asked them
-    # A warm worker's GET stream, still open, for the client's stream to relay (prepared_stream.py).
-    adopted_stream: tuple[WorkerConnection, AdoptedStream] | None = None
+    # A worker's GET stream held by the router (answering its pings) until the client's stream
+    # takes it to relay (prepared_stream.py).
+    adopted_stream: tuple[WorkerConnection, PreparedStream] | None = None
     # The worker's session made its first call with the client's roots, given by the router: the
     # worker will not ask the client for them.
     worker_has_roots: bool = False
@@ -137,11 +138,21 @@ class Session:
             if question is not None:
                 self.outbox.request(question)
 
-    def take_adopted_stream(self, connection: WorkerConnection) -> AdoptedStream | None:
-        adopted, self.adopted_stream = self.adopted_stream, None
+    def take_adopted_stream(self, connection: WorkerConnection) -> PreparedStream | None:
+        """The held stream of ``connection``'s worker, for the relay of that worker only: one
+        of another worker (a relay that started before the session changed worker) stays, read
+        and answered, until its own relay or ``drop_adopted_stream`` ends it."""
+        adopted = self.adopted_stream
         if adopted is None or adopted[0] is not connection:
             return None
+        self.adopted_stream = None
         return adopted[1]
+
+    def drop_adopted_stream(self) -> PreparedStream | None:
+        """The held stream nobody will relay any more (the session left that worker or that
+        worker session), for the caller to close."""
+        adopted, self.adopted_stream = self.adopted_stream, None
+        return None if adopted is None else adopted[1]
 
     def worker_switched(self) -> None:
         """Wakes whoever follows the session's worker (the client's GET stream)."""
@@ -181,10 +192,15 @@ class StreamSlot:
         self._scope: anyio.CancelScope | None = None
         self._released = anyio.Event()
         self._released.set()
+        self._claimed = anyio.Event()  # set while a stream holds the slot
 
     @property
     def held(self) -> bool:
         return self._scope is not None
+
+    async def opened(self) -> None:
+        """Returns once a stream holds the slot (at once if one does)."""
+        await self._claimed.wait()
 
     async def claim(self, scope: anyio.CancelScope) -> None:
         while self._scope is not None:
@@ -192,11 +208,13 @@ class StreamSlot:
             await self._released.wait()
         self._scope = scope
         self._released = anyio.Event()
+        self._claimed.set()
 
     def release(self, scope: anyio.CancelScope) -> None:
         if self._scope is scope:
             self._scope = None
             self._released.set()
+            self._claimed = anyio.Event()
 
 
 class SessionTable:

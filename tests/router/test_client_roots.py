@@ -163,7 +163,7 @@ async def test_a_hand_over_keeps_what_it_had_not_handled_and_what_comes_after(
     async with holding(fake) as (stream, _tg):
         await send.send(event({"jsonrpc": "2.0", "id": 6, "method": "ping"}) + ping[:10])  # half an event
         await async_wait_for(lambda: len(fake.answers) == 1)
-        adopted = await stream.hand_over()
+        adopted = await stream.take()
     assert adopted is not None and cast(Any, adopted.upstream) is fake.upstream and not fake.upstream.closed
     await send.send(ping[10:])
     send.close()
@@ -179,7 +179,7 @@ async def test_a_stream_the_worker_ended_is_not_handed_over(
     async with holding(fake) as (stream, _tg):
         send.close()  # the worker closed the session's GET stream (it ended the session)
         await async_wait_for(lambda: not stream.alive)
-    assert await stream.hand_over() is None
+    assert await stream.take() is None
     assert fake.upstream.closed
 
 
@@ -220,7 +220,7 @@ async def test_a_hand_over_during_an_answer_waits_for_it(
         handed: list[Any] = []
 
         async def hand_over() -> None:
-            handed.append(await stream.hand_over())
+            handed.append(await stream.take())
 
         tg.start_soon(hand_over)
         await anyio.sleep(0.05)
@@ -232,7 +232,9 @@ async def test_a_hand_over_during_an_answer_waits_for_it(
 
 async def test_a_stream_waiting_for_the_clients_relay_goes_only_to_its_own_worker() -> None:
     """Handed over while the client's GET stream was away: the next relay of that worker takes it;
-    a relay of another worker (the session went dormant and resumed meanwhile) does not."""
+    a relay of another worker (one that started before the session changed worker) neither takes
+    it nor drops it unclosed (the worker would ping into a stream nobody reads, and refuse the
+    relay's own GET: one stream per session); the worker's leaving drops it, to be closed."""
     session = Session("s", initialize_params=CC_PARAMS)
     ours: Any = object()
     other: Any = object()
@@ -240,6 +242,44 @@ async def test_a_stream_waiting_for_the_clients_relay_goes_only_to_its_own_worke
     session.adopted_stream = (ours, adopted)
     assert session.take_adopted_stream(ours) is adopted
     assert session.take_adopted_stream(ours) is None, "handed out twice"
-    session.adopted_stream = (ours, object())  # type: ignore[assignment]
+    second: Any = object()
+    session.adopted_stream = (ours, second)
     assert session.take_adopted_stream(other) is None
+    assert session.adopted_stream == (ours, second), "another worker's relay dropped it"
+    assert session.drop_adopted_stream() is second
     assert session.adopted_stream is None
+
+
+async def test_a_client_without_a_get_stream_is_not_kept_waiting() -> None:
+    """No stream to carry the router's question: the hand-over is refused at once, not after
+    the roots wait (the stream gets ``STREAM_GRACE`` to open, in Continuity.attach)."""
+
+    stream = PreparedStream(cast(ControlSession, object()), ROOTS)
+    session = Session("client", initialize_params=CC_PARAMS)
+    with anyio.fail_after(1.0):
+        assert not await stream.hand_over_to(session, wait=30.0)
+
+
+async def test_handed_over_it_answers_on_until_the_clients_stream_takes_it(
+    wire: tuple[MemoryObjectSendStream[bytes], FakeSession],
+) -> None:
+    """A resume's restore runs between the hand-over and the relay: a ping the worker sends then
+    is answered by the holder, one sent after the relay took the stream is the client's."""
+    send, fake = wire
+    session = Session("client", initialize_params=CC_PARAMS)
+    await session.stream.claim(anyio.CancelScope())
+    question = session.roots.question()
+    assert question is not None
+    session.roots.take_answer(question["id"], {"result": {"roots": ROOTS}})
+    after = event({"jsonrpc": "2.0", "id": 2, "method": "ping"})
+    async with holding(fake) as (stream, _tg):
+        assert await stream.hand_over_to(session, wait=1.0)
+        await send.send(event({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+        await async_wait_for(lambda: len(fake.answers) == 1)
+        adopted = await stream.take()
+        await send.send(after)
+        send.close()
+    assert fake.answers == [{"jsonrpc": "2.0", "id": 1, "result": {}}]
+    assert adopted is not None
+    relayed = adopted.rest + b"".join([chunk async for chunk in adopted.upstream.aiter_raw()])
+    assert relayed == after
