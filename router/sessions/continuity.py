@@ -31,10 +31,9 @@ from router.sessions.admission import Admission
 from router.sessions.bringup import BringUps
 from router.sessions.control import ControlError, ControlSession
 from router.sessions.handshake import HandshakeCache
-from router.sessions.prepared_stream import PreparedStream, wait_for_stream
+from router.sessions.prepared_stream import PreparedStream, hold_for_streamless, wait_for_stream
 from router.sessions.restore import restore_browser
 from router.sessions.resume_notice import resumed_notice
-from router.sessions.roots import declares_roots
 from router.sessions.state_save import SAVE_TIMEOUT, BrowserStateSaver
 from router.sessions.table import ENDED, RECORD_STATE, Session, State
 from workers.supervisor import Supervisor, Worker
@@ -102,7 +101,7 @@ class Continuity:
         client's roots are the same (their answer awaited ``roots_wait`` s, by default
         ``self.roots_wait``; 0 at ``initialize``, before any stream could open: neither is
         awaited), and never on a resume (``reason``). A client that declares roots and has no
-        GET stream gets one held by the router (``_hold_for_streamless``).
+        GET stream gets one held by the router (``hold_for_streamless``).
         Called with ``session.lock`` held; raises ServiceUnavailable or WorkerUnreachable.
         Returns the worker's answer to the replayed ``initialize``.
 
@@ -218,7 +217,7 @@ class Continuity:
             return replay.initialize_result
         session.worker_has_roots = held is not None
         if held is None:
-            held = await self._hold_for_streamless(session, replay, waited=stream_waited)
+            held = await hold_for_streamless(session, replay, waited=stream_waited, start_soon=self.start_soon)
         if held is not None:  # taken by the client's stream, which _bind wakes
             self._drop_held(session)
             session.adopted_stream = (connection, held)
@@ -240,29 +239,6 @@ class Continuity:
         )  # fmt: skip
         return replay.initialize_result
 
-    async def _hold_for_streamless(
-        self, session: Session, replay: ControlSession, *, waited: bool
-    ) -> PreparedStream | None:
-        """The worker's GET stream, held by the router for a client that declares ``roots`` but
-        has no GET stream of its own (after ``STREAM_GRACE``, unless ``waited`` already). The
-        worker asks ``roots/list`` only on a GET stream: without one it waits 5 s, asks into
-        nothing and waits 60 s more for the answer (@playwright/mcp 0.0.83, measured). Held,
-        its question is answered with no roots (where the worker ends up anyway, a minute
-        later: its own cwd) and its pings are answered, until a GET stream of the client's
-        takes the stream over."""
-        if not declares_roots(session.initialize_params) or session.stream.held:
-            return None
-        if not waited and await wait_for_stream(session):
-            return None
-        held = PreparedStream(replay, [])
-        try:
-            await held.open()
-        except ControlError as exc:
-            log.info("no stream held for a client without one session=%s: %s", session.id, exc)
-            return None
-        self.start_soon(held.run)
-        return held
-
     def _drop_held(self, session: Session) -> None:
         """Closes a held stream of the session's worker nobody will relay any more."""
         stale = session.drop_adopted_stream()
@@ -280,7 +256,7 @@ class Continuity:
         session.asked.clear()
         session.worker_has_roots = False
         self._drop_held(session)  # the old worker session's
-        held = await self._hold_for_streamless(session, replay, waited=True)
+        held = await hold_for_streamless(session, replay, waited=True, start_soon=self.start_soon)
         if held is not None:
             session.adopted_stream = (connection, held)
         session.worker_switched()  # the client's GET stream follows the new worker session

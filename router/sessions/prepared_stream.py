@@ -17,6 +17,7 @@ closes the session 5 s later.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -25,7 +26,7 @@ import anyio
 from router.http.sse import EventSplitter, EventTooLarge, event_json
 from router.http.upstream import UpstreamError, UpstreamResponse
 from router.sessions.control import ControlError, ControlSession
-from router.sessions.roots import ROOTS_METHOD, Roots
+from router.sessions.roots import ROOTS_METHOD, Roots, declares_roots
 
 if TYPE_CHECKING:
     from router.sessions.table import Session
@@ -151,6 +152,30 @@ async def wait_for_stream(session: Session) -> bool:
         with anyio.move_on_after(STREAM_GRACE):
             await session.stream.opened()
     return session.stream.held
+
+
+async def hold_for_streamless(
+    session: Session, replay: ControlSession, *, waited: bool,
+    start_soon: Callable[[Callable[[], Awaitable[Any]]], None],
+) -> PreparedStream | None:
+    """The worker's GET stream, held by the router for a client that declares ``roots`` but has
+    no GET stream of its own (after ``STREAM_GRACE``, unless ``waited`` already). The worker asks
+    ``roots/list`` only on a GET stream: without one it waits 5 s, asks into nothing and waits
+    60 s more for the answer (@playwright/mcp 0.0.83, measured). Held, its question is answered
+    with no roots (where the worker ends up anyway, a minute later: its own cwd) and its pings
+    are answered, until a GET stream of the client's takes the stream over."""
+    if not declares_roots(session.initialize_params) or session.stream.held:
+        return None
+    if not waited and await wait_for_stream(session):
+        return None
+    held = PreparedStream(replay, [])
+    try:
+        await held.open()
+    except ControlError as exc:
+        log.info("no stream held for a client without one session=%s: %s", session.id, exc)
+        return None
+    start_soon(held.run)
+    return held
 
 
 async def close_prepared(client: ControlSession | None, stream: PreparedStream | None) -> None:
