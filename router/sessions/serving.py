@@ -57,17 +57,22 @@ class RequestServing:
         """A client request: counted in flight, given a worker (resuming if needed), and, when it
         was a browser tool call, followed by a debounced save of the browser state. Yields whether
         a worker had to be started for it."""
-        with session.client_request():
-            started = await self.ensure_worker(session)
-            if session.stream.held and not session.relay_ready.is_set():
-                with anyio.move_on_after(RELAY_WAIT):
-                    await session.relay_ready.wait()
-            yield started
         tool = message.tool_name or ""
-        if tool.startswith("browser_") and session.connection is not None:
-            session.browser_used = True
-            if not self.handshakes.read_only(tool):  # a snapshot changes no cookie and no tab
-                self.upkeep.schedule_save(session)
+        url_before = session.current_url
+        try:
+            with session.client_request():
+                started = await self.ensure_worker(session)
+                if session.stream.held and not session.relay_ready.is_set():
+                    with anyio.move_on_after(RELAY_WAIT):
+                        await session.relay_ready.wait()
+                yield started
+        finally:  # a call that failed after its tool ran may have changed the browser too
+            if tool.startswith("browser_") and session.connection is not None:
+                session.browser_used = True
+                # A snapshot changes no cookie and no tab, unless the page moved meanwhile (a
+                # login's redirect landing during browser_wait_for sets the session cookie).
+                if not self.handshakes.read_only(tool) or session.current_url != url_before:
+                    self.upkeep.schedule_save(session)
 
     async def ensure_worker(self, session: Session) -> bool:
         """True when a worker was started (spawned or resumed) for the session just now."""

@@ -118,6 +118,7 @@ class Upkeep:
             self.start_soon(lambda: self._debounced_save(session))
 
     async def _debounced_save(self, session: Session) -> None:
+        claimed = False
         try:
             while True:
                 wait = self._save_due.get(session.id, 0.0) - time.monotonic()
@@ -125,14 +126,17 @@ class Upkeep:
                     await anyio.sleep(max(wait, SAVE_DEBOUNCE if session.in_flight else 0.0))
                     continue
                 break
+            # From here a call that ends schedules a save of its own, after this one.
             self._save_due.pop(session.id, None)
+            claimed = True
             async with session.lock:
                 connection = session.connection
                 if connection is not None:
                     session.state_saved_at = time.monotonic()
                     await self.continuity.state_saver.save(session, connection, session.control)
         finally:
-            self._save_due.pop(session.id, None)
+            if not claimed:  # else the entry, if any, is the next save's
+                self._save_due.pop(session.id, None)
 
     # -- supervision -----------------------------------------------------------------------------
 

@@ -62,6 +62,19 @@ def test_cookie_and_url_survive_reaping(pw_router: RouterThread, client: RawClie
     assert "cookie=r1 storage=r1" in after
 
 
+def test_a_page_that_moves_during_a_read_only_call_is_saved(
+    pw_router: RouterThread, client: RawClient, pages: str
+) -> None:
+    # browser_wait_for changes nothing itself (readOnlyHint), but the page signed in and moved
+    # meanwhile: what a crash would otherwise lose is saved.
+    state = pw_router.settings.state_dir
+    client.text("browser_navigate", url=f"{pages}/later")
+    wait_saved(state, client, "/later")  # the navigation's save, before the page moves
+    waited = client.text("browser_wait_for", time=6)
+    assert f"- Page URL: {pages}/second" in waited
+    wait_saved(state, client, "moved42", "/second")
+
+
 def test_cookie_and_url_survive_kill_9_of_the_worker(pw_router: RouterThread, client: RawClient, pages: str) -> None:
     state = pw_router.settings.state_dir
     client.text("browser_navigate", url=f"{pages}/set?v=k9")

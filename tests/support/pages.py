@@ -49,6 +49,11 @@ const v = new URLSearchParams(location.search).get('login');
 if (v) { document.cookie = 'session=' + v + '; path=/'; history.replaceState(null, '', '/app'); }
 function go() { document.getElementById('out').textContent = 'continued with ' + document.cookie; }
 </script></body></html>""",
+    # A login whose redirect lands a moment later (while the client waits, say): the cookie is
+    # set and the page moves to /second 3 s after it loaded.
+    "/later": """<!doctype html><html><head><title>Later</title></head><body><p>signing in</p>
+<script>setTimeout(() => { document.cookie = 'late=moved42; path=/'; location.href = '/second'; }, 3000);</script>
+</body></html>""",
 }
 PAGE_SERVER_STOP_TIMEOUT = 5.0
 
