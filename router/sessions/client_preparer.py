@@ -58,8 +58,7 @@ class ClientPreparer:
                 await client.call(WARM_TOOL, WARM_ARGS)
         except ControlError as exc:
             log.info("warm worker's client session not prepared id=%s: %s", entry.id, exc)
-            if stream is not None:
-                await stream.close()
+            await close_prepared(client, stream)  # the worker must not keep a session nobody uses
             return None, None
         return client, stream
 
