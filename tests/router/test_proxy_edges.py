@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -110,15 +110,17 @@ def test_chunked_sse_answer_is_relayed_with_its_ref(edge: Edge) -> None:
     assert message["result"]["_meta"]["mcp-router/refId"]
 
 
-def sse_head_then_event(id: int, text: str, gap: float, *, note: bytes = b"") -> InParts:
+def sse_head_then_event(
+    id: int, text: str, gap: float, *, note: bytes = b"", release: threading.Event | None = None
+) -> InParts:
     """A worker's answer as it writes one: the head while the tool runs, the event when done."""
     answer = {"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": text}]}}
     event = b"event: message\ndata: " + json.dumps(answer).encode() + b"\n\n"
     head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
     chunk = f"{len(event):x}\r\n".encode() + event + b"\r\n0\r\n\r\n"
     if note:
-        return InParts(head, f"{len(note):x}\r\n".encode() + note + b"\r\n", chunk, gap=gap)
-    return InParts(head, chunk, gap=gap)
+        return InParts(head, f"{len(note):x}\r\n".encode() + note + b"\r\n", chunk, gap=gap, release=release)
+    return InParts(head, chunk, gap=gap, release=release)
 
 
 def test_answer_whose_event_follows_its_head_is_relayed_whole(edge: Edge) -> None:
@@ -136,17 +138,20 @@ def test_slow_answer_is_streamed_and_what_comes_first_is_not_held(
     # notification) reaches the client at once, not with the answer.
     monkeypatch.setattr(endpoint, "WHOLE_ANSWER_WAIT", 0.05)
     note = b'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/message","params":{}}\n\n'
-    edge.worker.answers.append(sse_head_then_event(53, "slow", 0.3, note=note))
+    # The worker holds its answer back until the note has reached the client: no timing involved.
+    release = threading.Event()
+    worker_answer = sse_head_then_event(53, "slow", 0.0, note=note, release=release)
+    edge.worker.answers.append(worker_answer)
     body = json.dumps({"jsonrpc": "2.0", "id": 53, "method": "tools/call", "params": {"name": "browser_tabs"}})
     with edge.client.http.stream("POST", edge.client.url, content=body, headers=edge.client.headers()) as r:
         events = iter_sse(r)
         first = next(events)
-        noted = time.monotonic()
+        answer_written = worker_answer.sent.is_set()
+        release.set()
         answer = next(events)
-        answered = time.monotonic()
     assert first["method"] == "notifications/message"
+    assert not answer_written, "the note was held until the worker's answer"
     assert answer["result"]["content"][0]["text"] == "slow"
-    assert answered - noted > 0.1  # the worker wrote them 0.3 s apart: the first was not held
 
 
 def call_rows(edge: Edge) -> list[tuple[str, str]]:

@@ -15,6 +15,7 @@ import uvicorn
 from router.http.app import create_app
 from router.http.auth import token_path
 from router.settings import Settings
+from tests.support import handshake_seeds
 from tests.support.auth import seed_token
 from tests.support.wait import wait_for
 from workers.orphans import processes_for
@@ -49,12 +50,15 @@ class RouterThread:
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> RouterThread:
+        seeded = handshake_seeds.seed(self.manager, self.settings)
         self.thread.start()
         wait_for(lambda: self.server.started or not self.thread.is_alive())
         if not self.server.started:
             raise RuntimeError("router did not start")
         # Sessions start lazily once the handshake cache is filled: tests see one behaviour.
         wait_for(lambda: self.manager.handshake_probed, timeout=30)
+        if not seeded:
+            handshake_seeds.keep(self.manager, self.settings)
         return self
 
     def __exit__(self, *exc: object) -> None:

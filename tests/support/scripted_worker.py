@@ -4,7 +4,8 @@
 ``Content-Length`` body) gets the next answer from ``answers`` (raw bytes, sent as they are, or
 ``CLOSE`` to hang up without a word), else ``default``; a ``ThenClose`` answer hangs up after it;
 an ``InParts`` answer is written piece by piece, ``gap`` seconds apart (a head before its body, as
-a worker writes while its tool runs). Requests are kept for assertions.
+a worker writes while its tool runs), its last piece held back until the test releases it if asked.
+Requests are kept for assertions.
 """
 
 from __future__ import annotations
@@ -24,14 +25,17 @@ class ThenClose(bytes):
 
 
 class InParts(bytes):
-    """An answer written in ``parts``, ``gap`` seconds apart."""
+    """An answer written in ``parts``, ``gap`` seconds apart; with ``release``, the last part waits
+    for the test to set it (at most READ_TIMEOUT). ``sent`` is set once the last part is written."""
 
     parts: tuple[bytes, ...]
     gap: float
+    release: threading.Event | None
+    sent: threading.Event
 
-    def __new__(cls, *parts: bytes, gap: float) -> InParts:
+    def __new__(cls, *parts: bytes, gap: float, release: threading.Event | None = None) -> InParts:
         answer = super().__new__(cls, b"".join(parts))
-        answer.parts, answer.gap = parts, gap
+        answer.parts, answer.gap, answer.release, answer.sent = parts, gap, release, threading.Event()
         return answer
 
 
@@ -105,7 +109,10 @@ class ScriptedWorker:
                         for i, part in enumerate(answer.parts):
                             if i:
                                 self._stop.wait(answer.gap)  # the pace of the worker, not a sync
+                            if answer.release is not None and i == len(answer.parts) - 1:
+                                answer.release.wait(READ_TIMEOUT)
                             conn.sendall(part)
+                        answer.sent.set()
                     else:
                         conn.sendall(answer)
                     if isinstance(answer, ThenClose):
