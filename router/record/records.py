@@ -102,6 +102,10 @@ class Records:
         try:
             conn.row_factory = aiosqlite.Row
             await conn.execute(f"PRAGMA busy_timeout = {schema.BUSY_TIMEOUT_MS}")
+            if not readonly:
+                # Its diff-cursor writes keep the writer's promise (a process kill loses nothing)
+                # without the fsync per commit that SQLite's default costs every get_content.
+                await conn.execute("PRAGMA synchronous = NORMAL")
             async with conn.execute("PRAGMA user_version") as cur:
                 row = await cur.fetchone()
             version = int(row[0]) if row else 0

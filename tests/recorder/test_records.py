@@ -6,7 +6,9 @@ import sqlite3
 from collections.abc import AsyncIterator
 from datetime import UTC
 from pathlib import Path
+from typing import Any
 
+import aiosqlite
 import anyio
 import pytest
 
@@ -202,3 +204,19 @@ def test_show_tells_why_the_session_resumed_and_where_its_files_are(
           for name in ("before", "resumed (idle)", "after")}
     assert at["before"] < at["resumed (idle)"] < at["after"]
     assert lines[at["before"] + 1].strip() == f"file: {layout.files_dir('before') / 'shot.png'}"
+
+
+async def test_the_read_side_writes_its_cursors_without_an_fsync_per_commit(
+    recorder: Recorder, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened: list[aiosqlite.Connection] = []
+    connect = aiosqlite.connect
+
+    def spy(*args: Any, **kwargs: Any) -> aiosqlite.Connection:
+        opened.append(connect(*args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(aiosqlite, "connect", spy)
+    async with Records.open(db_path), opened[0].execute("PRAGMA synchronous") as cur:
+        row = await cur.fetchone()
+    assert row is not None and row[0] == 1  # NORMAL, as the writer's connection (FULL is 2)
