@@ -31,7 +31,6 @@ import contextlib
 import functools
 import logging
 import sqlite3
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -45,6 +44,7 @@ from router.record import schema
 from router.record.batches import BatchWriter
 from router.record.queue import ItemQueue
 from router.record.records import Records
+from router.record.retention import Retention
 from router.record.rows import Enrichment, Item, approx_size
 from router.record.snapshots import normalize_console
 from router.record.waiters import Waiters
@@ -60,7 +60,6 @@ BATCH_MAX: Final = 512
 QUEUE_MAX: Final = 10_000
 # Pending params and results held in memory at most; a screenshot answer is a few MB.
 QUEUE_MAX_BYTES: Final = 64 * 1024 * 1024
-PRUNE_EVERY_S: Final = 3600.0
 SHUTDOWN_DRAIN_S: Final = 10.0
 # flush() commits on the loop itself when the writer thread is idle and at most this many items
 # are queued (one call's request and answer, a session event or two).
@@ -86,7 +85,7 @@ class Recorder:
         self.layout = layout
         self._batches = BatchWriter(layout)
         self.on_writer_failure = on_writer_failure
-        self.retention_days = retention_days
+        self._retention = Retention(self._batches, retention_days, self.call_in_writer)
         self.writer_failure: str | None = None  # why the writer task died, if it did
         self.records: Records | None = None  # read side, set while run() is active
         self._queue = ItemQueue(queue_max, queue_max_bytes)
@@ -228,7 +227,7 @@ class Recorder:
             async with Records.open(self.db_path, before_read=self.flush) as records:
                 self.records = records
                 self._writer_task = asyncio.create_task(self._writer(), name="recorder-writer")
-                pruner = asyncio.create_task(self._prune_loop(), name="recorder-pruner")
+                pruner = asyncio.create_task(self._retention.forever(), name="recorder-pruner")
                 try:
                     yield self
                 finally:
@@ -387,22 +386,8 @@ class Recorder:
                 log.exception("recorder: on_writer_failure callback failed")
 
     async def prune(self, now: float | None = None) -> list[str]:
-        """Delete rows older than retention_days. Returns the ids of the sessions deleted. (A
-        session's directory is not the record's: the session lifecycle removes it on its own,
-        shorter, retention.)"""
-        cutoff = (time.time() if now is None else now) - self.retention_days * 86400.0
-        try:
-            return await self.call_in_writer(functools.partial(self._batches.prune, cutoff=cutoff))
-        except Exception as exc:
-            log.warning("recorder: prune failed: %s", exc)
-            return []
-
-    async def _prune_loop(self) -> None:
-        while True:
-            await asyncio.sleep(PRUNE_EVERY_S)  # a timer, not synchronisation
-            pruned = await self.prune()
-            if pruned:
-                log.info("recorder: pruned %d session(s)", len(pruned))
+        """Deletes what is past the retention now (see retention.py); the session ids deleted."""
+        return await self._retention.prune(now)
 
     # ---------------------------------------------------------------- writer thread
 
