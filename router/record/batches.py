@@ -92,14 +92,14 @@ class BatchWriter:
         except sqlite3.OperationalError as exc:
             # Disk full, read-only, locked past busy_timeout: retrying row by row would fail the
             # same way, so the whole batch is counted once.
-            _rollback(conn)
+            rollback(conn)
             self.failures += len(items)
             self.note_failure(f"batch of {len(items)}", repr(exc))
             log.error("recorder: batch of %d not written: %s", len(items), exc)
             self._batch_done(failed=True)
             return [item.seq for item in batch]
         except Exception:
-            _rollback(conn)
+            rollback(conn)
         # Some row is bad (duplicate ref_id, bad status...): isolate it, keep the others.
         for item in items:
             try:
@@ -110,7 +110,7 @@ class BatchWriter:
                 if job is not None:
                     self._enrichments.append(job)
             except Exception as exc:
-                _rollback(conn)
+                rollback(conn)
                 self.failures += 1
                 lost.append(item.seq)
                 self.note_failure(f"{item.kind} {item.key}", repr(exc))
@@ -137,7 +137,7 @@ class BatchWriter:
             self._commit(conn)
             self._pending_failures.clear()
         except Exception as exc:
-            _rollback(conn)
+            rollback(conn)
             self.note_failure(f"linked files of {len(jobs)} answer(s)", repr(exc))
             log.error("recorder: linked files of %d answer(s) not read: %s", len(jobs), exc)
 
@@ -183,10 +183,11 @@ class BatchWriter:
             self._commit(conn)
             self._pending_failures.clear()
         except Exception:
-            _rollback(conn)
+            rollback(conn)
 
 
-def _rollback(conn: sqlite3.Connection) -> None:
+def rollback(conn: sqlite3.Connection) -> None:
+    """Ends an open transaction unwritten, never raising (the caller is handling a failure)."""
     try:
         if conn.in_transaction:
             conn.execute("ROLLBACK")

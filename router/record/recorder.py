@@ -27,7 +27,6 @@ Must be used from the event loop thread only (the enqueue methods are not thread
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import sqlite3
@@ -41,7 +40,7 @@ import anyio
 
 from router.layout import StateLayout
 from router.record import schema
-from router.record.batches import BatchWriter
+from router.record.batches import BatchWriter, rollback
 from router.record.queue import ItemQueue
 from router.record.records import Records
 from router.record.retention import Retention
@@ -309,8 +308,7 @@ class Recorder:
         try:
             lost: Sequence[int] = self._write_batch(batch, begun=True)
         except Exception as exc:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
+            rollback(conn)
             lost = [item.seq for item in batch]
             self._done = batch[-1].seq
             self._writer_died(exc)
