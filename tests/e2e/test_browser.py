@@ -99,6 +99,13 @@ def test_typescript_sdk_client_works_through_router(pw_router: RouterThread, pag
     assert answer["sessionId"] and pw_router.manager.sessions.get(answer["sessionId"]) is None  # terminated
 
 
+def _exe(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
 def test_workers_run_on_the_pinned_node_with_a_compile_cache_in_the_state_dir(
     pw_router: RouterThread, pages: str
 ) -> None:
@@ -114,6 +121,11 @@ def test_workers_run_on_the_pinned_node_with_a_compile_cache_in_the_state_dir(
         assert os.readlink(f"/proc/{pid}/exe") == os.path.realpath(expected)
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         assert f"{COMPILE_CACHE_ENV}={cache}".encode() in environ
+        # Its browser is the one the router chose: the headless shell where one is installed.
+        browser = pw_router.settings.browser_path()
+        assert browser is not None
+        exes = {_exe(p) for p in processes_for(Path(pw_router.settings.state_dir), client.session_id)}
+        assert os.path.realpath(browser) in exes, exes
     finally:
         client.delete()
         client.close()

@@ -1,4 +1,4 @@
-"""What the router tells every worker: its lock, its browser's origin lists, its sandbox, its node."""
+"""What the router tells every worker: its lock, its browser's origin lists, its sandbox, its node, its browser."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from router import settings as settings_module
 from router.cli.main import main
 from router.http.app import build_supervisor, handshake_fingerprint, router_origins
-from router.settings import Settings
+from router.settings import Settings, find_browser
 from workers.node import node_executable
 from workers.spec import ALLOWED_HOSTS_ENV, ALLOWED_ORIGINS_ENV, BLOCKED_ORIGINS_ENV
 from workers.supervisor import Supervisor
@@ -78,3 +79,44 @@ def test_the_worker_runs_the_pinned_node_and_its_fingerprint_follows_the_node_no
         cli=first.cli,
     )
     assert handshake_fingerprint(other_node) != handshake_fingerprint(first)
+
+
+def fake_browsers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *, shell: bool, on_path: tuple[str, ...]) -> Path:
+    """A machine with a headless shell at its Debian place (or not) and these names on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in on_path:
+        (bin_dir / name).write_text("#!/bin/sh\n")
+        (bin_dir / name).chmod(0o755)
+    lib_shell = tmp_path / "lib" / "chromium-headless-shell"
+    if shell:
+        lib_shell.parent.mkdir()
+        lib_shell.write_text("#!/bin/sh\n")
+        lib_shell.chmod(0o755)
+    monkeypatch.setattr(settings_module, "HEADLESS_SHELLS", (lib_shell,))
+    monkeypatch.setattr(settings_module, "DEBIAN_CHROMIUM", tmp_path / "absent")
+    monkeypatch.setenv("PATH", str(bin_dir))
+    return bin_dir
+
+
+def test_headless_workers_run_the_headless_shell_where_there_is_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    bin_dir = fake_browsers(monkeypatch, tmp_path, shell=True, on_path=("chromium",))
+    assert find_browser() == str(tmp_path / "lib" / "chromium-headless-shell")
+    assert settings(tmp_path, browser=None).browser_path() == str(tmp_path / "lib" / "chromium-headless-shell")
+    # Headed, a headless shell cannot show a window: the full Chromium.
+    assert settings(tmp_path, browser=None, headless=False).browser_path() == str(bin_dir / "chromium")
+    # The operator's choice wins.
+    assert settings(tmp_path, browser="/opt/chrome").browser_path() == "/opt/chrome"
+
+
+def test_a_headless_shell_on_path_counts_and_without_one_the_full_chromium_runs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    bin_dir = fake_browsers(monkeypatch, tmp_path, shell=False, on_path=("chromium", "chromium-headless-shell"))
+    assert find_browser() == str(bin_dir / "chromium-headless-shell")
+    (bin_dir / "chromium-headless-shell").unlink()
+    assert find_browser() == str(bin_dir / "chromium")
+    (bin_dir / "chromium").unlink()
+    assert find_browser() is None
