@@ -89,6 +89,9 @@ class Recorder:
         self.records: Records | None = None  # read side, set while run() is active
         self._queue = ItemQueue(queue_max, queue_max_bytes)
         self._done = 0  # the last sequence number handled: flush() waits until it catches up
+        # A batch of the writer task's not yet counted in _done (the thread is idle before the task
+        # resumes): the loop must not commit then, or the batch's late count moves _done back.
+        self._batch_out = False
         self._waiters = Waiters()
         # Answers whose linked files are still to be read: queued after their batch's commit.
         self._enrich: deque[Enrichment] = deque()
@@ -266,7 +269,7 @@ class Recorder:
             if not self.writer_alive:
                 return False
             start = self._done
-            if self._thread.idle and len(self._queue) <= INLINE_MAX:
+            if self._thread.idle and not self._batch_out and len(self._queue) <= INLINE_MAX:
                 lost = self._write_inline()
                 ok = not any(start < seq <= target for seq in lost)
             if self._done < target:
@@ -343,10 +346,12 @@ class Recorder:
                 if self._queue:
                     batch = self._queue.take(BATCH_MAX)
                     lost: Sequence[int] = [item.seq for item in batch]  # unless the thread says otherwise
+                    self._batch_out = True
                     try:
                         lost = await self.call_in_writer(functools.partial(self._write_batch_on, batch=batch))
                     finally:
                         # Even when cancelled here the thread finishes the batch; count it handled.
+                        self._batch_out = False
                         self._batch_written(batch, lost)
                 elif self._enrich:
                     jobs = [self._enrich.popleft() for _ in range(min(len(self._enrich), ENRICH_MAX))]

@@ -1,6 +1,7 @@
 """The record's commits on the event loop beside its writer thread: the loop never waits on
 another connection's lock, never commits while a job runs on the thread (even one whose awaiter was
-cancelled), and the WAL is checkpointed wherever the commits were made."""
+cancelled) nor before the writer task has counted the batch the thread just wrote, and the WAL is
+checkpointed wherever the commits were made."""
 
 from __future__ import annotations
 
@@ -110,3 +111,53 @@ async def test_wal_is_checkpointed_after_many_inline_answers(tmp_path: Path) -> 
         # Checkpointed every CHECKPOINT_EVERY commits, the WAL file stays at its high-water mark
         # (~9 MB here); never checkpointed, it grew by ~39 MB a round.
         assert sizes[1] < sizes[0] * 1.5, f"WAL never checkpointed: {sizes} bytes after {rec.batches} commits"
+
+
+async def test_a_commit_on_the_loop_right_after_a_thread_batch_keeps_the_flush_promise(tmp_path: Path) -> None:
+    """The thread's batch is done (the thread is idle) but the writer task has not yet counted it:
+    an answer's flush in that gap commits the next items on the loop. The writer's late count of
+    its own batch must not move what flush() knows to be written back behind them, or the next
+    reader's flush (the operator API's GET /api/sessions/{id}) waits for rows already on disk,
+    until something else is recorded (the CI flake: a ReadTimeout on an idle session)."""
+    db = tmp_path / "router.db"
+    rec = Recorder(db)
+    async with rec.run():
+        rec.session_opened("s", client_info={}, protocol_version=None, port=1, pid=1)
+        await rec.flush()
+        gate, started = threading.Event(), threading.Event()
+
+        def held(conn: sqlite3.Connection) -> None:  # keeps the thread busy while we queue behind it
+            started.set()
+            gate.wait(10)
+
+        job = asyncio.create_task(rec.call_in_writer(held))
+        await asyncio.to_thread(started.wait, 5)
+        for i in range(5):  # past INLINE_MAX: the writer takes them to the thread at once
+            _call(rec, f"a{i}")
+        for _ in range(100):  # loop iterations, not time: the writer task was woken at once
+            if not rec.queue_len:
+                break
+            await asyncio.sleep(0)
+        assert rec.queue_len == 0, "the writer did not take the batch"
+        _call(rec, "b")  # the next answer, queued while the thread works
+        flushes: list[asyncio.Task[bool]] = []
+
+        async def busy_neighbour() -> None:
+            # Other requests on the loop: each iteration one of them may be an answer's flush,
+            # until the answer queued behind the thread's batch is written.
+            while rec.queue_len:
+                flushes.append(asyncio.create_task(rec.flush_rows()))
+                await asyncio.sleep(0)
+
+        neighbour = asyncio.create_task(busy_neighbour())
+        gate.set()
+        await job
+        await asyncio.wait_for(neighbour, 10)
+        assert flushes and all(await asyncio.wait_for(asyncio.gather(*flushes), 10))
+        records = rec.records
+        assert records is not None
+        # Nothing new is queued: every row is on disk, so the read side's flush returns at once.
+        session = await asyncio.wait_for(records.get_session("s"), 5)
+        assert session["id"] == "s"
+        rows = sqlite3.connect(db).execute("SELECT count(*) FROM responses").fetchone()
+        assert rows == (6,)
