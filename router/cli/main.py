@@ -114,7 +114,7 @@ def _serve_locked(settings: Settings) -> int:
     import uvicorn
 
     from router.http.app import create_app
-    from router.http.limits import concurrency_limit, limited_protocol, raise_open_files_limit
+    from router.http.limits import KEEP_ALIVE_TIMEOUT_S, concurrency_limit, limited_protocol, raise_open_files_limit
 
     app = create_app(settings)
     config = uvicorn.Config(
@@ -129,6 +129,7 @@ def _serve_locked(settings: Settings) -> int:
         # Bounded request heads (size, fields, time to send) and connections at once.
         http=limited_protocol(),
         limit_concurrency=concurrency_limit(raise_open_files_limit()),
+        timeout_keep_alive=KEEP_ALIVE_TIMEOUT_S,
     )
     manager = app.state.manager
     health = app.state.health

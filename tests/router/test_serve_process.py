@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import stat
 import time
 from pathlib import Path
@@ -76,3 +77,28 @@ def test_serve_makes_its_token_and_keeps_the_state_dir_private(state_dir: Path) 
     assert found["token"] == 0o600 and found["router.db"] == 0o600
     loose = {path: mode for path, mode in found.items() if mode & 0o077 and not path.endswith(".log")}
     assert not loose, loose  # every file and directory the router made is its owner's alone
+
+
+UVICORN_KEEP_ALIVE_DEFAULT = 5.0
+
+
+def _healthz(sock: socket.socket, port: int) -> bytes:
+    sock.sendall(f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(65536)
+        assert chunk, f"the router closed the connection: {head!r}"
+        head += chunk
+    top, _, body = head.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in top.split(b"\r\n") if line.lower().startswith(b"content-length"))
+    while len(body) < length:
+        body += sock.recv(65536)
+    return top.split(b"\r\n")[0]
+
+
+def test_an_idle_kept_alive_connection_outlives_the_clients_own_expiry(state_dir: Path) -> None:
+    """A client (httpx: 5 s) reusing its connection must not meet the router closing it."""
+    with serve_process(state_dir) as server, socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        assert b" 200 " in _healthz(sock, server.port)
+        time.sleep(UVICORN_KEEP_ALIVE_DEFAULT + 1.0)  # time passing is what is tested
+        assert b" 200 " in _healthz(sock, server.port)
