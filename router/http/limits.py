@@ -35,7 +35,7 @@ HEADER_TIMEOUT_S: Final = 10.0
 # keep-alive expiry (the MCP python-sdk's client): a client reusing its connection just as the
 # router closed it lost that request (a ReadError in scripts/bench at 20 sessions). Longer than
 # common clients keep an idle connection (httpx 5 s, undici 4 s, aiohttp 15 s), as nginx's 75 s.
-KEEP_ALIVE_TIMEOUT_S: Final = 75.0
+KEEP_ALIVE_TIMEOUT_S: Final = 75
 # Descriptors kept for the router itself (database, logs, worker pipes) before counting requests.
 RESERVED_FDS: Final = 256
 FDS_PER_REQUEST: Final = 2
