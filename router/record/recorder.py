@@ -187,18 +187,14 @@ class Recorder:
         return self._batches.batches
 
     @property
-    def failures(self) -> int:
-        """Items that reached the writer and could not be written (since start)."""
-        return self._batches.failures
-
-    @property
     def failed_batches(self) -> int:
         """Batches of which at least one item could not be written (since start)."""
         return self._batches.failed_batches
 
     @property
     def failed_rows(self) -> int:
-        return self.failures
+        """Items that reached the writer and could not be written (since start)."""
+        return self._batches.failures
 
     @property
     def linked_reads(self) -> int:

@@ -82,7 +82,7 @@ async def test_enqueue_is_batched(recorder: Recorder, db_path: Path) -> None:
     await recorder.flush()
     assert _count(db_path, "requests") == _count(db_path, "responses") == 1000
     assert recorder.batches <= -(-2000 // BATCH_MAX)
-    assert recorder.written == 2000 and recorder.failures == 0 and recorder.dropped == 0
+    assert recorder.written == 2000 and recorder.failed_rows == 0 and recorder.dropped == 0
 
 
 async def test_flush_waits_only_for_what_was_enqueued(recorder: Recorder, db_path: Path) -> None:
@@ -111,7 +111,7 @@ async def test_concurrent_sessions(db_path: Path) -> None:
     for table in ("requests", "responses", "console_logs"):
         assert _count(db_path, table) == total
     assert sorted(c["calls"] for c in calls) == [per_session] * sessions
-    assert rec.dropped == 0 and rec.failures == 0
+    assert rec.dropped == 0 and rec.failed_rows == 0
 
 
 async def test_full_queue_drops_and_counts(db_path: Path) -> None:
@@ -131,7 +131,7 @@ async def test_write_failure_never_raises_and_is_recorded_later(recorder: Record
     await recorder.call_in_writer(lambda c: c.execute("PRAGMA query_only = ON"))
     ref = _call(recorder, "s")
     await recorder.flush()
-    assert recorder.failures == 2
+    assert recorder.failed_rows == 2
     assert _count(db_path, "responses") == 0
     await recorder.call_in_writer(lambda c: c.execute("PRAGMA query_only = OFF"))
     later = _call(recorder, "s")
@@ -149,7 +149,7 @@ async def test_broken_connection_is_survived(db_path: Path) -> None:
         _call(rec, "s")
         rec.session_state("s", "closed")
         await rec.flush()  # returns although nothing could be written
-        assert rec.failures == 3 and rec.written == 0
+        assert rec.failed_rows == 3 and rec.written == 0
 
 
 async def test_one_bad_row_does_not_cost_the_batch(recorder: Recorder, db_path: Path) -> None:
@@ -158,7 +158,7 @@ async def test_one_bad_row_does_not_cost_the_batch(recorder: Recorder, db_path: 
     recorder.response("odd", status="maybe", result=None, duration_ms=0)  # violates the CHECK
     good = _call(recorder, "s")
     await recorder.flush()
-    assert recorder.failures == 2
+    assert recorder.failed_rows == 2
     assert {r[0] for r in _query(db_path, "SELECT ref_id FROM responses")} == {"dup", good}
     whats = sorted(r[0] for r in _query(db_path, "SELECT what FROM recorder_failures"))
     assert whats == ["request dup", "response odd"]
