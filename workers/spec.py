@@ -90,7 +90,7 @@ def playwright_argv(
         "--user-data-dir", "{profile_dir}",
         "--shared-browser-context",
         "--output-dir", "{output_dir}",
-        "--caps", "storage",
+        "--caps", "storage,network",
         "--file-paths", "absolute",
     ]  # fmt: skip
     if sandbox:

@@ -26,7 +26,7 @@ def test_default_template() -> None:
         "node", "{cli}", "--port", "{port}", "--host", "127.0.0.1", "--headless",
         "--browser", "chromium", "--executable-path", "{browser}",
         "--user-data-dir", "{profile_dir}", "--shared-browser-context",
-        "--output-dir", "{output_dir}", "--caps", "storage", "--file-paths", "absolute",
+        "--output-dir", "{output_dir}", "--caps", "storage,network", "--file-paths", "absolute",
     )  # fmt: skip
 
 
