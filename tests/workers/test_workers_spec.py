@@ -30,6 +30,22 @@ def test_default_template() -> None:
     )  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("extra", "caps", "rest"),
+    [
+        (["--caps", "vision"], "storage,network,vision", []),
+        (["--caps=pdf, storage", "--isolated", "--caps", "vision,pdf"], "storage,network,pdf,vision", ["--isolated"]),
+        (["--no-sandbox"], "storage,network", ["--no-sandbox"]),
+    ],
+)
+def test_the_users_caps_join_the_routers(extra: list[str], caps: str, rest: list[str]) -> None:
+    # The worker keeps only the last --caps: the user's alone would drop the router's storage.
+    argv = playwright_argv(node="node", extra_args=extra)
+    assert [a for a in argv if a.startswith("--caps")] == ["--caps"]
+    assert argv[argv.index("--caps") + 1] == caps
+    assert list(argv[argv.index("--file-paths") + 2 :]) == rest
+
+
 def test_default_template_runs_the_pinned_node_when_installed() -> None:
     assert playwright_argv()[0] == node_executable()
     assert playwright_argv(node="/opt/node/bin/node")[0] == "/opt/node/bin/node"
