@@ -45,10 +45,12 @@ async def restore_browser(session_dir: Path, control: ControlSession, output_dir
         origins = storage.get("origins")
         split = split_origins(origins if isinstance(origins, list) else [], current, reloads if first_is_current else 0)
         await _set_storage_state(control, output_dir, {**storage, "origins": split.elsewhere})
-        done = await restore_in_tab(control, split.in_tab) if split.in_tab else 0
-        if done < len(split.in_tab):  # Playwright's way for what the tab did not take
-            await _set_storage_state(control, output_dir, {**storage, "origins": split.elsewhere + split.in_tab[done:]})
-        reloads -= done
+        if split.in_tab:
+            done = await restore_in_tab(control, split.in_tab)
+            if done.restored < len(split.in_tab):  # Playwright's way for what the tab did not take
+                rest = split.elsewhere + split.in_tab[done.restored :]
+                await _set_storage_state(control, output_dir, {**storage, "origins": rest})
+            reloads -= done.documents
     marks.append(time.monotonic())
     await _open_tabs(control, tabs, current)
     marks.append(time.monotonic())

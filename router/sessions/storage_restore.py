@@ -25,9 +25,18 @@ log = logging.getLogger("mcp_router.continuity")
 
 # No page of the origin is asked for: the route answers this path, and is gone before the page loads.
 RESTORE_PATH: Final = "/__mcp_router_storage_restore__"
+# The script's last act: the navigation's answer shows it ran (a service worker of the origin, say,
+# could have answered in the route's place).
+RESTORED_TITLE: Final = "mcp-router storage restored"
 # The route takes a glob: an origin holding one of these (an IPv6 host's brackets) goes the slow way.
 GLOB_CHARS: Final = frozenset("*?{}[]\\,")
 WEB_SCHEMES: Final = frozenset({"http", "https"})
+
+
+@dataclass(frozen=True)
+class InTabResult:
+    restored: int  # origins whose items are in, from the first
+    documents: int  # documents the tab loaded (one may have been another's than ours)
 
 
 @dataclass(frozen=True)
@@ -67,25 +76,30 @@ def split_origins(origins: Sequence[Any], current: str | None, budget: int) -> O
 def restore_document(items: Sequence[Mapping[str, str]]) -> str:
     """An HTML body whose script sets the items (``<`` escaped: a value may hold ``</script>``)."""
     pairs = json.dumps([[i["name"], i["value"]] for i in items]).replace("<", "\\u003c")
-    return f"<!doctype html><script>for (const [k, v] of {pairs}) localStorage.setItem(k, v);</script>"
+    title = json.dumps(RESTORED_TITLE)
+    script = f"for (const [k, v] of {pairs}) localStorage.setItem(k, v); document.title = {title};"
+    return f"<!doctype html><script>{script}</script>"
 
 
-async def restore_in_tab(control: ControlSession, origins: Sequence[Mapping[str, Any]]) -> int:
-    """Each origin's items set by loading its restore document in the current tab; how many were
-    done (fewer than all when one failed: that one and the rest are left to the caller)."""
-    loaded = 0
-    for entry in origins:
+async def restore_in_tab(control: ControlSession, origins: Sequence[Mapping[str, Any]]) -> InTabResult:
+    """Each origin's items set by loading its restore document in the current tab, until one
+    fails: that one and the rest are left to the caller."""
+    documents = 0
+    for restored, entry in enumerate(origins):
         url = entry["origin"] + RESTORE_PATH
         body = restore_document(entry["localStorage"])
         try:
             await control.call("browser_route", {"pattern": url, "body": body, "contentType": "text/html"})
             try:
-                await control.call("browser_navigate", {"url": url})
+                answer = await control.call("browser_navigate", {"url": url})
             finally:
                 # While a route stands every request of the context passes through the worker.
                 await control.call("browser_unroute", {"pattern": url})
         except ControlError as exc:
             log.info("restoring localStorage of %s in the tab failed: %s", entry["origin"], exc)
-            break
-        loaded += 1
-    return loaded
+            return InTabResult(restored, documents)
+        documents += 1
+        if f"- Page Title: {RESTORED_TITLE}" not in answer:
+            log.info("restoring localStorage of %s in the tab: another document answered", entry["origin"])
+            return InTabResult(restored, documents)
+    return InTabResult(len(origins), documents)
