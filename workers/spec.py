@@ -25,6 +25,11 @@ __all__ = [
     "sandbox_possible",
 ]
 
+# The router's own: saving and restoring storage across workers, and the route that puts
+# localStorage back in a resumed tab (router/sessions/storage_restore.py).
+ROUTER_CAPS: Final = ("storage", "network")
+CAPS_FLAG: Final = "--caps"
+
 # @playwright/mcp 0.0.83 reads these as well as its flags. The environment, unlike argv, is
 # readable by the worker's own user only: the place for the worker's secret host name.
 ALLOWED_HOSTS_ENV: Final = "PLAYWRIGHT_MCP_ALLOWED_HOSTS"  # comma-separated
@@ -76,11 +81,13 @@ def playwright_argv(
     """The default template for @playwright/mcp 0.0.83.
 
     ``--browser chromium`` turns Chromium's sandbox off unless ``--sandbox`` turns it back on;
-    it cannot run as root (``sandbox_possible()``). ``--shared-browser-context`` with a
+    it cannot run as root (``sandbox_possible()``). The worker keeps only its last ``--caps``, so
+    the user's in ``extra_args`` join the router's. ``--shared-browser-context`` with a
     ``--user-data-dir`` (and no ``--isolated``) lets a second, router-owned MCP session share the
     client's browser context (warm-up, state saving). ``extra_args`` come last, so
     ``--no-sandbox`` there wins. ``node``: the pinned Node 22 when installed (workers/node.py).
     """
+    caps, rest = _split_caps(extra_args)
     argv: list[str] = [node or node_executable(), "{cli}", "--port", "{port}", "--host", "127.0.0.1"]
     if headless:
         argv.append("--headless")
@@ -90,15 +97,33 @@ def playwright_argv(
         "--user-data-dir", "{profile_dir}",
         "--shared-browser-context",
         "--output-dir", "{output_dir}",
-        "--caps", "storage",
+        CAPS_FLAG, ",".join(caps),
         "--file-paths", "absolute",
     ]  # fmt: skip
     if sandbox:
         argv.append("--sandbox")
     if viewport:
         argv += ["--viewport-size", viewport]
-    argv += list(extra_args)
+    argv += rest
     return tuple(argv)
+
+
+def _split_caps(extra_args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(the router's caps and the user's, the other args): ``--caps a,b`` or ``--caps=a,b``."""
+    caps, rest = list(ROUTER_CAPS), list[str]()
+    args = iter(extra_args)
+    for arg in args:
+        if arg == CAPS_FLAG:
+            value = next(args, "")
+        elif arg.startswith(CAPS_FLAG + "="):
+            value = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+            continue
+        for cap in (c.strip() for c in value.split(",")):
+            if cap and cap not in caps:
+                caps.append(cap)
+    return caps, rest
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Which of the worker's tools a conversation sees and may call.
 
-The router runs every worker with ``--caps storage`` for itself (saving and restoring cookies and
-storage across workers); those tools stay hidden unless the user asked for the capability. Tools
+The router runs every worker with ``--caps storage,network`` for itself (saving and restoring
+cookies and storage across workers; a route puts localStorage back in the resumed tab); those
+tools stay hidden unless the user asked for the capability. Tools
 that run arbitrary code or read local files are off unless allowed by name (``--allow-tool``);
 ``--deny-tool`` hides more. A hidden tool is absent from ``tools/list`` and refused on call.
 """
@@ -21,6 +22,10 @@ STORAGE_CAP_TOOLS: Final = frozenset(
         *(f"browser_localstorage_{op}" for op in ("clear", "delete", "get", "list", "set")),
         *(f"browser_sessionstorage_{op}" for op in ("clear", "delete", "get", "list", "set")),
     }
+)
+# What ``--caps network`` adds.
+NETWORK_CAP_TOOLS: Final = frozenset(
+    {"browser_network_state_set", "browser_route", "browser_route_list", "browser_unroute"}
 )
 # Run code outside the page's sandbox, or read local files (a page could steer the model into
 # uploading ~/.ssh/id_rsa): off unless allowed by name.
@@ -51,8 +56,11 @@ class ToolPolicy:
         cls, *, worker_args: Iterable[str] = (), allow: Iterable[str] = (), deny: Iterable[str] = ()
     ) -> ToolPolicy:
         hidden = set(DANGEROUS_TOOLS) | set(deny)
-        if "storage" not in user_caps(worker_args):
+        caps = user_caps(worker_args)
+        if "storage" not in caps:
             hidden |= STORAGE_CAP_TOOLS
+        if "network" not in caps:
+            hidden |= NETWORK_CAP_TOOLS
         return cls(frozenset(hidden - set(allow)))
 
     def allows(self, name: str | None) -> bool:

@@ -9,10 +9,11 @@ import itertools
 import logging
 import time
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from router.sessions import statefiles
 from router.sessions.control import ControlError, ControlSession
+from router.sessions.storage_restore import restore_in_tab, split_origins
 
 log = logging.getLogger("mcp_router.continuity")
 
@@ -29,32 +30,38 @@ async def restore_browser(session_dir: Path, control: ControlSession, output_dir
     if state is None:
         return False
     marks = [time.monotonic()]
-    storage = state.get("storage")
-    if isinstance(storage, dict):
-        restore = output_dir / RESTORE_NAME
-        statefiles.write_json(restore, storage)
-        try:
-            await control.call("browser_set_storage_state", {"filename": str(restore)})
-        finally:
-            restore.unlink(missing_ok=True)
-    marks.append(time.monotonic())
     tabs = [t for t in state.get("tabs", []) if isinstance(t, str)][:MAX_RESTORED_TABS]
     current = state.get("current")
     if not tabs and isinstance(current, str):
         tabs = [current]
     current = current if isinstance(current, str) else None
+    frame = state.get("ref_frame")
+    reloads: int = frame if isinstance(frame, int) and 0 < frame <= MAX_REF_FRAME and current is not None else 0
+    # A restore document loaded in the first tab stands in for one reload of the current page,
+    # so only while that tab is the current one and loads a page after it.
+    first_is_current = bool(tabs) and tabs[0] != "about:blank" and _selected(tabs, current) == 0
+    storage = state.get("storage")
+    if isinstance(storage, dict):
+        origins = storage.get("origins")
+        split = split_origins(origins if isinstance(origins, list) else [], current, reloads if first_is_current else 0)
+        await _set_storage_state(control, output_dir, {**storage, "origins": split.elsewhere})
+        if split.in_tab:
+            done = await restore_in_tab(control, split.in_tab)
+            if done.restored < len(split.in_tab):  # Playwright's way for what the tab did not take
+                rest = split.elsewhere + split.in_tab[done.restored :]
+                await _set_storage_state(control, output_dir, {**storage, "origins": rest})
+            reloads -= done.documents
+    marks.append(time.monotonic())
     await _open_tabs(control, tabs, current)
     marks.append(time.monotonic())
-    frame = state.get("ref_frame")
-    if isinstance(frame, int) and 0 < frame <= MAX_REF_FRAME and current is not None:
-        # Each document a tab loads numbers its refs with the next frame prefix: load the page
-        # as often as before, so "f2e3" is the same button again.
-        for _ in range(frame):
-            try:
-                await control.call("browser_navigate", {"url": current})
-            except ControlError as exc:
-                log.info("re-loading for refs failed session=%s: %s", session_dir.name, exc)
-                break
+    # Each document a tab loads numbers its refs with the next frame prefix: load the page as
+    # often as before, so "f2e3" is the same button again.
+    for _ in range(reloads):
+        try:
+            await control.call("browser_navigate", {"url": current})
+        except ControlError as exc:
+            log.info("re-loading for refs failed session=%s: %s", session_dir.name, exc)
+            break
     marks.append(time.monotonic())
     if len(tabs) > 1:
         # The current tab was selected, not loaded last: its snapshot makes the refs. (A
@@ -64,8 +71,9 @@ async def restore_browser(session_dir: Path, control: ControlSession, output_dir
     marks.append(time.monotonic())
     storage_ms, tabs_ms, reload_ms, snapshot_ms = (round((b - a) * 1000) for a, b in itertools.pairwise(marks))
     log.info(
-        "state restored session=%s tabs=%d ref_frame=%s storage_ms=%d tabs_ms=%d reload_ms=%d snapshot_ms=%d",
-        session_dir.name, len(tabs), frame, storage_ms, tabs_ms, reload_ms, snapshot_ms,
+        "state restored session=%s tabs=%d ref_frame=%s reloads=%d storage_ms=%d tabs_ms=%d reload_ms=%d"
+        " snapshot_ms=%d",
+        session_dir.name, len(tabs), frame, reloads, storage_ms, tabs_ms, reload_ms, snapshot_ms,
     )  # fmt: skip
     return True
 
@@ -81,6 +89,18 @@ async def _open_tabs(control: ControlSession, tabs: list[str], current: str | No
         except ControlError as exc:  # a page that is gone must not fail the resume
             log.info("restoring tab %d (%s) failed: %s", index, url, exc)
     if len(tabs) > 1:
-        selected = tabs.index(current) if current in tabs else 0
         with contextlib.suppress(ControlError):
-            await control.call("browser_tabs", {"action": "select", "index": selected})
+            await control.call("browser_tabs", {"action": "select", "index": _selected(tabs, current)})
+
+
+def _selected(tabs: list[str], current: str | None) -> int:
+    return tabs.index(current) if current in tabs else 0
+
+
+async def _set_storage_state(control: ControlSession, output_dir: Path, storage: dict[str, Any]) -> None:
+    restore = output_dir / RESTORE_NAME
+    statefiles.write_json(restore, storage)
+    try:
+        await control.call("browser_set_storage_state", {"filename": str(restore)})
+    finally:
+        restore.unlink(missing_ok=True)

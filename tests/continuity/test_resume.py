@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import threading
 import time
@@ -15,7 +17,7 @@ import pytest
 
 from router.sessions.resume_notice import NOTICE_PREFIX as RESUMED_NOTICE
 from router.sessions.table import State
-from tests.support import RawClient, RouterThread, messages_of, router_settings, wait_for, wait_saved
+from tests.support import RawClient, RouterThread, find_ref, messages_of, router_settings, wait_for, wait_saved
 from workers.orphans import processes_for
 
 CALL_SECONDS = 20  # the in-flight call's own length: far longer than any error may take
@@ -45,17 +47,22 @@ def client(pw_router: RouterThread) -> Iterator[RawClient]:
         c.delete()
 
 
+def reap(router: RouterThread, client: RawClient) -> None:
+    """The client's session reaped for idling, its worker gone."""
+    idle_timeout, router.manager.idle_timeout = router.manager.idle_timeout, 0.5
+    try:
+        wait_for(lambda: session_state(router, client) is State.REAPED, timeout=15)
+    finally:
+        router.manager.idle_timeout = idle_timeout
+    wait_for(lambda: not processes_for(router.settings.state_dir, client.session_id), timeout=10)
+
+
 def test_cookie_and_url_survive_reaping(pw_router: RouterThread, client: RawClient, pages: str) -> None:
     state = pw_router.settings.state_dir
     assert "set r1" in client.text("browser_navigate", url=f"{pages}/set?v=r1")
     client.text("browser_navigate", url=f"{pages}/second")
     wait_saved(state, client, "r1", "/second")
-    idle_timeout, pw_router.manager.idle_timeout = pw_router.manager.idle_timeout, 0.5
-    try:
-        wait_for(lambda: session_state(pw_router, client) is State.REAPED, timeout=15)
-    finally:
-        pw_router.manager.idle_timeout = idle_timeout
-    wait_for(lambda: not processes_for(state, client.session_id), timeout=10)
+    reap(pw_router, client)
 
     started = time.monotonic()
     snapshot = client.text("browser_snapshot")
@@ -68,6 +75,29 @@ def test_cookie_and_url_survive_reaping(pw_router: RouterThread, client: RawClie
     after = client.text("browser_navigate", url=f"{pages}/get")
     assert RESUMED_NOTICE not in after
     assert "cookie=r1 storage=r1" in after
+
+
+def test_the_current_page_sees_its_storage_on_its_first_load_after_the_resume(
+    pw_router: RouterThread, client: RawClient, pages: str
+) -> None:
+    # /loads logs what localStorage held as each of its loads began; the second navigation gives
+    # its refs a frame prefix (f1e2), which the resume must reproduce along with the storage.
+    client.text("browser_navigate", url=f"{pages}/set?v=ls1")
+    client.text("browser_navigate", url=f"{pages}/loads")
+    before = client.text("browser_snapshot")
+    assert "loads: ls1;" in before
+    ref = find_ref(before, "Again")
+    assert ref.startswith("f1")
+    wait_saved(pw_router.settings.state_dir, client, "ls1", "/loads")
+    reap(pw_router, client)
+    # Resumed with a fresh profile, as on a reserve worker: only the restore brings storage back.
+    shutil.rmtree(pw_router.manager.layout.profile_dir(client.session_id))
+
+    snapshot = client.text("browser_snapshot")
+    assert RESUMED_NOTICE in snapshot
+    loads = re.findall(r"loads: ([^\s\"]*)", snapshot)
+    assert loads and set(loads[0].rstrip(";").split(";")) == {"ls1"}, snapshot
+    assert find_ref(snapshot, "Again") == ref
 
 
 def test_a_page_that_moves_during_a_read_only_call_is_saved(

@@ -10,7 +10,7 @@ from typing import Final
 import pytest
 
 from router.http.exchange import INVALID_PARAMS
-from router.http.tool_policy import DANGEROUS_TOOLS, STORAGE_CAP_TOOLS, ToolPolicy, user_caps
+from router.http.tool_policy import DANGEROUS_TOOLS, NETWORK_CAP_TOOLS, STORAGE_CAP_TOOLS, ToolPolicy, user_caps
 from router.record.tools import DEFINITIONS, NAMES
 from tests.support import RawClient, RouterThread, router_settings, wait_for
 from workers.orphans import processes_for
@@ -30,6 +30,8 @@ def test_defaults_hide_storage_and_unsafe_tools_only() -> None:
     assert not policy.allows(UNSAFE)
     for name in STORAGE_SAMPLE:
         assert name in STORAGE_CAP_TOOLS and not policy.allows(name)
+    # The router's own route (restore.py) is no tool of the conversation's.
+    assert "browser_route" in NETWORK_CAP_TOOLS and not policy.allows("browser_route")
     assert policy.allows("browser_navigate") and policy.allows("get_content") and policy.allows(None)
 
 
@@ -55,6 +57,11 @@ def test_storage_tools_stay_hidden_without_the_capability(args: list[str]) -> No
     assert "storage" not in user_caps(args)
     policy = ToolPolicy.build(worker_args=args)
     assert not any(policy.allows(name) for name in STORAGE_CAP_TOOLS)
+
+
+def test_network_tools_show_only_when_the_user_asked_for_the_capability() -> None:
+    assert all(ToolPolicy.build(worker_args=["--caps=vision,network"]).allows(n) for n in NETWORK_CAP_TOOLS)
+    assert not any(ToolPolicy.build(worker_args=["--caps", "storage"]).allows(n) for n in NETWORK_CAP_TOOLS)
 
 
 def test_allow_and_deny_by_name() -> None:
@@ -119,7 +126,7 @@ def test_an_allowed_tool_comes_back(policed: RouterThread) -> None:
 
 def test_with_nothing_hidden_the_cached_listing_stays_the_workers(state_dir: Path) -> None:
     """The router's tools are added to each answer, never to the cached worker answer itself."""
-    everything = sorted(DANGEROUS_TOOLS | STORAGE_CAP_TOOLS)
+    everything = sorted(DANGEROUS_TOOLS | STORAGE_CAP_TOOLS | NETWORK_CAP_TOOLS)
     with RouterThread(router_settings(state_dir, allow_tools=everything)) as router:
         cached = router.manager.handshakes.get(VERSION)
         worker_names = [t["name"] for t in cached["tools"]["tools"]]

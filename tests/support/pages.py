@@ -36,6 +36,13 @@ document.title = 'cookie=' + (c ? c[1] : 'none') + ' storage=' + (l || 'none');
 Press</button>
 <p id="o">Not clicked</p><script>console.error('boom from page')</script>""",
     "/workers": "<!doctype html><title>workers e2e</title><h1>hello from the test</h1>",
+    # What localStorage held as each load of this tab began, logged in sessionStorage (which no
+    # saved state holds): a resume that put storage back after the page first loaded shows "none".
+    "/loads": """<!doctype html><html><head><title>Loads</title></head><body><button>Again</button>
+<p id="out"></p><script>
+sessionStorage.setItem('loads', (sessionStorage.getItem('loads') || '') + (localStorage.getItem('k') || 'none') + ';');
+document.getElementById('out').textContent = 'loads: ' + sessionStorage.getItem('loads');
+</script></body></html>""",
     "/favicon.ico": "",
     # A signed-in app, in one navigation (refs from a later navigation of the same tab carry a
     # frame prefix, f1e3): ?login=V sets the session cookie (no expiry) and leaves the URL as

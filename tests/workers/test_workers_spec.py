@@ -26,8 +26,24 @@ def test_default_template() -> None:
         "node", "{cli}", "--port", "{port}", "--host", "127.0.0.1", "--headless",
         "--browser", "chromium", "--executable-path", "{browser}",
         "--user-data-dir", "{profile_dir}", "--shared-browser-context",
-        "--output-dir", "{output_dir}", "--caps", "storage", "--file-paths", "absolute",
+        "--output-dir", "{output_dir}", "--caps", "storage,network", "--file-paths", "absolute",
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("extra", "caps", "rest"),
+    [
+        (["--caps", "vision"], "storage,network,vision", []),
+        (["--caps=pdf, storage", "--isolated", "--caps", "vision,pdf"], "storage,network,pdf,vision", ["--isolated"]),
+        (["--no-sandbox"], "storage,network", ["--no-sandbox"]),
+    ],
+)
+def test_the_users_caps_join_the_routers(extra: list[str], caps: str, rest: list[str]) -> None:
+    # The worker keeps only the last --caps: the user's alone would drop the router's storage.
+    argv = playwright_argv(node="node", extra_args=extra)
+    assert [a for a in argv if a.startswith("--caps")] == ["--caps"]
+    assert argv[argv.index("--caps") + 1] == caps
+    assert list(argv[argv.index("--file-paths") + 2 :]) == rest
 
 
 def test_default_template_runs_the_pinned_node_when_installed() -> None:
