@@ -16,6 +16,8 @@ __all__ = [
     "ALLOWED_HOSTS_ENV",
     "ALLOWED_ORIGINS_ENV",
     "BLOCKED_ORIGINS_ENV",
+    "CAPS_FLAG",
+    "ROUTER_CAPS",
     "TEMPLATE_TOKENS",
     "WorkerSpec",
     "browse_env",

@@ -16,6 +16,7 @@ from bench_lib.client import Endpoint
 from bench_lib.procs import Registry, Spawned, free_port, wait_port
 
 from workers.node import node_executable
+from workers.spec import CAPS_FLAG, ROUTER_CAPS
 
 SG_CACHE = Path.home() / ".cache" / "mcp-router-bench"
 
@@ -58,7 +59,7 @@ def playwright_args(env: Env, *, port: int | None, profile: Path | None, out: Pa
         argv.append("--isolated")
     else:
         argv += ["--user-data-dir", str(profile), "--shared-browser-context"]
-    argv += ["--output-dir", str(out), "--caps", "storage", "--file-paths", "absolute"]
+    argv += ["--output-dir", str(out), CAPS_FLAG, ",".join(ROUTER_CAPS), "--file-paths", "absolute"]
     return argv
 
 

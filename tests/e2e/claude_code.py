@@ -21,7 +21,7 @@ import httpx
 
 from tests.support import ROOT, TEST_TOKEN, free_port, wait_for
 from workers.orphans import end_processes, marker_env, processes_for
-from workers.spec import WorkerSpec, default_cli_path, playwright_argv
+from workers.spec import CAPS_FLAG, ROUTER_CAPS, WorkerSpec, default_cli_path, playwright_argv
 
 SCRIPT: Final = Path(__file__).with_name("claude_code_client.mjs")
 SDK_DIST: Final = ROOT / "workers" / "node_modules" / "@modelcontextprotocol" / "sdk" / "dist"
@@ -33,7 +33,7 @@ EXIT_TIMEOUT: Final = 5.0
 DIRECT_WORKER_SESSION: Final = "direct-worker"
 # Tools the router answers itself, and the flags of the capability it adds for its own use.
 ROUTER_TOOLS: Final = frozenset({"get_content", "get_console_content", "create_new_session"})
-STORAGE_CAPS: Final = ("--caps", "storage")
+ROUTER_CAPS_ARGS: Final = (CAPS_FLAG, ",".join(ROUTER_CAPS))  # what the router adds for itself
 
 
 class ClientError(AssertionError):
@@ -241,15 +241,15 @@ def _brief(status: dict[str, Any]) -> str:
 
 
 class DirectWorker:
-    """@playwright/mcp run as the router would run it, minus the capability the router adds for
-    itself (storage): what a user running Playwright MCP alone gets. ``url`` uses the host name
+    """@playwright/mcp run as the router would run it, minus the capabilities the router adds for
+    itself (storage, network): what a user running Playwright MCP alone gets. ``url`` uses the host name
     the worker accepts (``localhost:<port>``)."""
 
     def __init__(self, state_dir: Path, browser: str) -> None:
         self.state_dir = state_dir
         self.port = free_port()
         self.url = f"http://localhost:{self.port}/mcp"
-        spec = WorkerSpec(argv_template=_without(playwright_argv(), STORAGE_CAPS))
+        spec = WorkerSpec(argv_template=_without(playwright_argv(), ROUTER_CAPS_ARGS))
         self.argv = spec.render(
             port=self.port,
             output_dir=state_dir / "direct" / "out",
