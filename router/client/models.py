@@ -17,7 +17,7 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from router.record import snapshots
+from router.record import snapshots, tabs_and_refs
 from router.types import REF_META_KEY
 
 # "[ref=e3]" on the main page, "[ref=f1e3]" in a later navigation or a frame.
@@ -173,7 +173,7 @@ class Tabs(ToolResult):
     def _fields_of(cls, tool: str, result: Mapping[str, Any], facts: snapshots.Extracted) -> dict[str, Any]:
         fields = super()._fields_of(tool, result, facts)
         listed = fields["sections"].get("Result") or fields["sections"].get("Open tabs", "")
-        return {**fields, "tabs": [vars(tab) for tab in snapshots.tab_entries(listed)]}
+        return {**fields, "tabs": [vars(tab) for tab in tabs_and_refs.tab_entries(listed)]}
 
     @property
     def current(self) -> Tab | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -161,7 +162,7 @@ class Exchange:
         # A tool answer's text is read once, here, for the record, the catalog and continuity.
         result = parsed.get("result")
         facts = summarize(result) if self.is_tool_call and isinstance(result, dict) else None
-        await self._complete(parsed, facts)
+        facts = await self._complete(parsed, facts)
         return self._rewrite(parsed, payload, facts)
 
     def _rewrite(self, response: dict[str, Any], payload: bytes, facts: Extracted | None = None) -> bytes | None:
@@ -191,7 +192,8 @@ class Exchange:
                 return json.dumps(response).encode()
         return tools.with_ref_meta(response, payload, self.ref_id)
 
-    async def _complete(self, response: dict[str, Any], facts: Extracted | None = None) -> None:
+    async def _complete(self, response: dict[str, Any], facts: Extracted | None = None) -> Extracted | None:
+        """Records the answer; ``facts`` back, with the linked snapshot if it was read for that."""
         self.done = True
         result = response.get("result")
         error = response.get("error")
@@ -204,6 +206,8 @@ class Exchange:
             # file is looked at later.
             now = facts.for_record(worker_dir) if facts is not None else None
             snapshot, console = now or (None, None)
+            if facts is not None and facts.page_snapshot is None and snapshot is not None:
+                facts = dataclasses.replace(facts, linked_snapshot=snapshot)  # read once, used twice
             output_dir = worker_dir if now is None else None
             recorder.response(
                 self.ref_id,
@@ -220,6 +224,7 @@ class Exchange:
             if self.is_tool_call and not await recorder.flush_rows():
                 log.warning("call answered without its record session=%s ref=%s", self.session.id, self.ref_id)
         self._log("error" if is_error else "success")
+        return facts
 
     def _log(self, status: str) -> None:
         if self.hooks.metrics is not None:  # both ends of an exchange (answer, failure) pass here

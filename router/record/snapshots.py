@@ -86,6 +86,7 @@ class Extracted:
     sections: dict[str, str] = field(default_factory=dict)
     links_files: bool = False  # it may point at files in the worker's output dir (see extract)
     link_titles: tuple[str, ...] = ()  # of its "- [Title](path)" links, when links_files
+    linked_snapshot: str | None = None  # the snapshot file's text, once read for the record
 
     @property
     def needs_files(self) -> bool:
@@ -103,6 +104,17 @@ class Extracted:
             return None
         read = with_linked(self, output_dir, limit=READ_NOW_MAX)
         return None if read is None else (read.page_snapshot, read.console_lines)
+
+    def snapshot_text(self, output_dir: Path | None) -> str | None:
+        """The page snapshot, inline or from its linked file (already read, else read now, at most
+        READ_NOW_MAX): a navigation's refs are only in the file."""
+        if self.page_snapshot is not None or self.linked_snapshot is not None:
+            return self.page_snapshot or self.linked_snapshot
+        if not self.snapshot_link or output_dir is None:
+            return None
+        with contextlib.suppress(_TooBig):
+            return _read_inside(self.snapshot_link, output_dir, None, READ_NOW_MAX)
+        return None
 
 
 def tool_result(raw: Any) -> Mapping[str, Any] | None:
@@ -371,34 +383,3 @@ def console_levels(lines: Sequence[str]) -> dict[str, int]:
         counts[e["level"]] += 1
     return counts
 
-
-# "- 1: (current) [Title](url)"; the title may hold brackets, so the URL is the last (...) group.
-_REF_RE = re.compile(r"\[ref=(?:f(\d+))?e\d+\]")
-_TAB_RE = re.compile(r"^- (\d+): (\(current\) )?\[(.*)\]\(([^()\s]*)\)\s*$", re.MULTILINE)
-
-
-def ref_frame(text: str) -> int | None:
-    """The main frame's ref prefix in a snapshot text ("[ref=f2e3]" -> 2, "[ref=e3]" -> 0);
-    None when the text holds no refs."""
-    if "[ref=f" not in text:  # no iframe refs (nearly always): spares reading every ref
-        return 0 if _REF_RE.search(text) else None
-    found = _REF_RE.findall(text)
-    return min(int(frame) if frame else 0 for frame in found)  # iframes come after their page
-
-
-@dataclass(frozen=True)
-class TabEntry:
-    index: int
-    url: str
-    title: str
-    current: bool
-
-
-def tab_entries(text: str) -> list[TabEntry]:
-    """The tabs an answer lists (``- 1: (current) [Title](url)``), by index."""
-    tabs = [TabEntry(int(i), url, title, bool(cur)) for i, cur, title, url in _TAB_RE.findall(text)]
-    return sorted(tabs, key=lambda tab: tab.index)
-
-
-def parse_tabs(text: str) -> list[str]:
-    return [tab.url for tab in tab_entries(text)]

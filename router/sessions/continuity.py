@@ -25,7 +25,8 @@ import anyio
 from router.http.errors import WorkerUnreachable
 from router.http.proxy import WorkerConnection
 from router.layout import StateLayout
-from router.record.snapshots import Extracted, ref_frame
+from router.record.snapshots import Extracted
+from router.record.tabs_and_refs import ref_frame
 from router.sessions import statefiles
 from router.sessions.admission import Admission
 from router.sessions.bringup import BringUps
@@ -335,6 +336,10 @@ class Continuity:
         if facts.page_url is not None:
             session.current_url = facts.page_url
         frame = ref_frame(facts.sections.get("Snapshot", ""))
+        if frame is None and facts.snapshot_link:  # a navigation's refs: in its snapshot file only
+            connection = session.connection
+            text = facts.snapshot_text(connection.worker.output_dir if connection is not None else None)
+            frame = ref_frame(text) if text else None
         if frame is not None:
             session.ref_frame = frame
         notice, session.resumed_notice = session.resumed_notice, None

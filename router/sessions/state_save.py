@@ -12,7 +12,7 @@ import anyio
 
 from router.http.proxy import WorkerConnection
 from router.layout import StateLayout
-from router.record.snapshots import parse_tabs
+from router.record.tabs_and_refs import parse_tabs
 from router.sessions import statefiles
 from router.sessions.control import ControlError, ControlSession
 from router.sessions.table import Session

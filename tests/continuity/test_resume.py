@@ -100,6 +100,28 @@ def test_the_current_page_sees_its_storage_on_its_first_load_after_the_resume(
     assert find_ref(snapshot, "Again") == ref
 
 
+SNAPSHOT_LINK = re.compile(r"\[Snapshot\]\(([^)\s]+)\)")
+
+
+def test_a_ref_read_from_a_navigations_snapshot_file_clicks_after_the_resume(
+    pw_router: RouterThread, client: RawClient, pages: str
+) -> None:
+    """A navigation's answer links its snapshot (a file), as Claude Code reads it: the refs there
+    carry the tab's frame prefix, which the resume must reproduce without a browser_snapshot."""
+    client.text("browser_navigate", url=f"{pages}/set?v=nav")
+    answer = client.text("browser_navigate", url=f"{pages}/loads")
+    link = SNAPSHOT_LINK.search(answer)
+    assert link, f"the navigation's answer links no snapshot file:\n{answer}"
+    ref = find_ref(Path(link.group(1)).read_text(), "Again")
+    assert ref.startswith("f1"), ref
+    wait_saved(pw_router.settings.state_dir, client, "nav", "/loads")
+    reap(pw_router, client)
+
+    clicked = client.text("browser_click", target=ref, element="Again button")
+    assert RESUMED_NOTICE in clicked
+    assert "### Error" not in clicked, clicked
+
+
 def test_a_page_that_moves_during_a_read_only_call_is_saved(
     pw_router: RouterThread, client: RawClient, pages: str
 ) -> None:

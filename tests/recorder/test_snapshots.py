@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,22 @@ def test_for_record_leaves_images_big_files_and_kept_files_to_the_writer(answers
     assert summarize(kept).for_record(out) is None  # the record keeps the pdf: the thread copies it
     gone = summarize(_text_answer("### Snapshot\n- [Snapshot](page-gone.yml)"))
     assert gone.for_record(out) == (None, [])  # as extract: a missing file is no error
+
+
+def test_a_snapshots_text_is_inline_or_read_once_from_its_file(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "page.yml").write_text('- button "Go" [ref=f1e2]\n')
+    linked = summarize(_text_answer(f"### Snapshot\n- [Snapshot]({out}/page.yml)"))
+    assert linked.snapshot_text(out) == '- button "Go" [ref=f1e2]\n'
+    assert linked.snapshot_text(None) is None  # nowhere to read it from
+    read = dataclasses.replace(linked, linked_snapshot="as read for the record")
+    (out / "page.yml").unlink()
+    assert read.snapshot_text(out) == "as read for the record"  # not read again
+    (out / "big.yml").write_text("- x\n" * (READ_NOW_MAX // 4 + 1))
+    assert summarize(_text_answer(f"### Snapshot\n- [Snapshot]({out}/big.yml)")).snapshot_text(out) is None
+    inline = summarize(_text_answer('### Snapshot\n```yaml\n- button "Go" [ref=e2]\n```'))
+    assert inline.snapshot_text(None) == inline.page_snapshot is not None
 
 
 def test_relative_links_resolve_against_output_dir_parent_or_cwd(tmp_path: Path) -> None:
