@@ -25,6 +25,7 @@ __all__ = [
     "new_host_name",
     "playwright_argv",
     "sandbox_possible",
+    "split_caps",
 ]
 
 # The router's own: saving and restoring storage across workers, and the route that puts
@@ -89,7 +90,8 @@ def playwright_argv(
     client's browser context (warm-up, state saving). ``extra_args`` come last, so
     ``--no-sandbox`` there wins. ``node``: the pinned Node 22 when installed (workers/node.py).
     """
-    caps, rest = _split_caps(extra_args)
+    user_caps, rest = split_caps(extra_args)
+    caps = [*ROUTER_CAPS, *(c for c in user_caps if c not in ROUTER_CAPS)]
     argv: list[str] = [node or node_executable(), "{cli}", "--port", "{port}", "--host", "127.0.0.1"]
     if headless:
         argv.append("--headless")
@@ -110,13 +112,14 @@ def playwright_argv(
     return tuple(argv)
 
 
-def _split_caps(extra_args: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(the router's caps and the user's, the other args): ``--caps a,b`` or ``--caps=a,b``."""
-    caps, rest = list(ROUTER_CAPS), list[str]()
-    args = iter(extra_args)
-    for arg in args:
+def split_caps(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(the capabilities ``--caps a,b`` or ``--caps=a,b`` in ``args`` name, in order, each once;
+    the other args)."""
+    caps, rest = list[str](), list[str]()
+    items = iter(args)
+    for arg in items:
         if arg == CAPS_FLAG:
-            value = next(args, "")
+            value = next(items, "")
         elif arg.startswith(CAPS_FLAG + "="):
             value = arg.split("=", 1)[1]
         else:

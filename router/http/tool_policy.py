@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from workers.spec import split_caps
+
 # What ``--caps storage`` adds to @playwright/mcp 0.0.83.
 STORAGE_CAP_TOOLS: Final = frozenset(
     {
@@ -34,17 +36,7 @@ DANGEROUS_TOOLS: Final = frozenset({"browser_run_code_unsafe", "browser_file_upl
 
 def user_caps(worker_args: Iterable[str]) -> set[str]:
     """The ``--caps`` the user passed to the worker (``--caps a,b`` or ``--caps=a,b``)."""
-    caps: set[str] = set()
-    args = list(worker_args)
-    for index, arg in enumerate(args):
-        value = None
-        if arg == "--caps" and index + 1 < len(args):
-            value = args[index + 1]
-        elif arg.startswith("--caps="):
-            value = arg.split("=", 1)[1]
-        if value:
-            caps |= {c.strip() for c in value.split(",") if c.strip()}
-    return caps
+    return set(split_caps(list(worker_args))[0])
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,11 @@ class OriginSplit:
     elsewhere: list[Any]  # left to browser_set_storage_state
 
 
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
 def _routable(entry: object) -> bool:
     if not isinstance(entry, Mapping) or set(entry) != {"origin", "localStorage"}:
         return False  # anything beside localStorage (IndexedDB) is Playwright's to restore
@@ -52,7 +57,7 @@ def _routable(entry: object) -> bool:
     if not isinstance(origin, str) or not isinstance(items, list) or GLOB_CHARS & set(origin):
         return False
     parts = urlsplit(origin)
-    if parts.scheme not in WEB_SCHEMES or not parts.netloc or f"{parts.scheme}://{parts.netloc}" != origin:
+    if parts.scheme not in WEB_SCHEMES or not parts.netloc or _origin(origin) != origin:
         return False
     return all(isinstance(i, Mapping) and {type(i.get("name")), type(i.get("value"))} == {str} for i in items)
 
@@ -62,10 +67,7 @@ def split_origins(origins: Sequence[Any], current: str | None, budget: int) -> O
     there when it loads; the others' only eventually, but the tab is the cheap way for them too)."""
     if budget <= 0:
         return OriginSplit([], list(origins))
-    page_origin = None
-    if current is not None:
-        parts = urlsplit(current)
-        page_origin = f"{parts.scheme}://{parts.netloc}"
+    page_origin = None if current is None else _origin(current)
     candidates = sorted(
         (o for o in origins if _routable(o)), key=lambda o: o["origin"] != page_origin
     )  # stable: the current page's origin first, the rest in saved order
