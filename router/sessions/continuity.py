@@ -69,6 +69,12 @@ class Continuity:
         self.supervisor = supervisor
         self.on_dormant = on_dormant
         self.bring_ups = bring_ups
+        # Restores onto warm workers queue among themselves, as many at once as bring-ups: ten
+        # resuming together otherwise all crawl to the end at once, where queued the first are
+        # back sooner and the median drops (scripts/bench --only resumes, --resume-reserve 10:
+        # 1.62-1.72 s p50 unqueued, 1.32-1.40 s queued). Not in bring_ups itself: a warm
+        # worker's restore must not wait behind cold spawns.
+        self.warm_restores = BringUps(bring_ups.limit)
         self.admission = admission
         self.handshakes = handshakes
         self.layout = layout
@@ -101,8 +107,8 @@ class Continuity:
         the client's only if its GET stream is open (given ``STREAM_GRACE`` to open) and the
         client's roots are the same (their answer awaited ``roots_wait`` s, by default
         ``self.roots_wait``; 0 at ``initialize``, before any stream could open: neither is
-        awaited), and never on a resume (``reason``). A client that declares roots and has no
-        GET stream gets one held by the router (``hold_for_streamless``).
+        awaited; on a resume (``reason``) the stream is open or not, no grace). A client that
+        declares roots and has no GET stream gets one held by the router (``hold_for_streamless``).
         Called with ``session.lock`` held; raises ServiceUnavailable or WorkerUnreachable.
         Returns the worker's answer to the replayed ``initialize``.
 
@@ -115,19 +121,17 @@ class Continuity:
             waited = False
             if prepared is not None:
                 usable = prepared.opened_with == (session.initialize_params or None)
-                if usable and prepared_stream is not None and reason is None:
+                # On a resume too: one resume alone measured no faster for it, but ten at once
+                # on two cores are, since each replayed session costs its worker an attach to the
+                # browser and a roots/list at the first call (scripts/bench --only resumes).
+                if usable and prepared_stream is not None:
                     wait = self.roots_wait if roots_wait is None else roots_wait
-                    if wait > 0:  # else at initialize: no stream can be open yet
+                    if wait > 0 and reason is None:  # else at initialize: no stream can be open yet
                         await wait_for_stream(session)
                     waited = True
                     usable = await prepared_stream.hand_over_to(session, wait)
                     held = prepared_stream if usable else None
                 elif prepared_stream is not None:
-                    # Not on a resume: the handshake replayed there runs beside the restore, and
-                    # taking the held stream measured no faster (scripts/bench's resumed click,
-                    # 4 runs of 5 each way: p50 0.94 s replayed, 0.93 s handed over, each run's
-                    # cold first left out); the new session's pings start at the resumed call,
-                    # a handed-over one's keep the pool's 3-s rhythm.
                     self.start_soon(prepared_stream.close)
                     usable = False
                 if not usable:
@@ -155,6 +159,7 @@ class Continuity:
         stream_waited: bool = False,
     ) -> dict[str, Any]:
         started = time.monotonic()
+        warm = worker is not None
         if worker is None:
             worker = await self.admission.spawn(session.id)
         spawned = time.monotonic()
@@ -189,7 +194,10 @@ class Continuity:
             restore_started = time.monotonic()
             if session.browser_used:
                 try:
-                    restored = await restore_browser(self.layout.session_dir(session.id), control, worker.output_dir)
+                    async with self.warm_restores.slot() if warm else contextlib.nullcontext():
+                        restored = await restore_browser(
+                            self.layout.session_dir(session.id), control, worker.output_dir
+                        )
                 except ControlError as exc:  # a page without its cookies beats no page at all
                     log.warning("state restore failed session=%s: %s", session.id, exc)
 
@@ -223,6 +231,8 @@ class Continuity:
             self._drop_held(session)
             session.adopted_stream = (connection, held)
         self._bind(session, connection, worker_session_id, control)
+        if restored:  # what is saved is what the browser now holds: the next save waits its interval
+            session.state_saved_at = time.monotonic()
         if reason is not None:
             session.resumed_notice = resumed_notice(reason) if restored else None
             if self.metrics is not None:

@@ -113,8 +113,8 @@ class PreparedStream:
         session's first call was made with. If not, closed, and the caller lets the prepared
         session go too. When it may, the stream is read and answered on until the client's
         stream takes it (``take``)."""
-        roots = None
-        if session.stream.held:
+        roots = session.roots.known  # a session that resumes has had them since its stream opened
+        if roots is None and session.stream.held:
             with anyio.move_on_after(wait):
                 roots = await session.roots.answered()
         same = roots is not None and roots == self.roots and session.stream.held and self.alive

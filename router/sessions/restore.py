@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from router.sessions import statefiles
 from router.sessions.control import ControlError, ControlSession
-from router.sessions.storage_restore import restore_in_tab, split_origins
+from router.sessions.storage_restore import restore_in_tab, sets_anything, split_origins
 
 log = logging.getLogger("mcp_router.continuity")
 
@@ -44,7 +44,8 @@ async def restore_browser(session_dir: Path, control: ControlSession, output_dir
     if isinstance(storage, dict):
         origins = storage.get("origins")
         split = split_origins(origins if isinstance(origins, list) else [], current, reloads if first_is_current else 0)
-        await _set_storage_state(control, output_dir, {**storage, "origins": split.elsewhere})
+        if sets_anything(storage, split.elsewhere):
+            await _set_storage_state(control, output_dir, {**storage, "origins": split.elsewhere})
         if split.in_tab:
             done = await restore_in_tab(control, split.in_tab)
             if done.restored < len(split.in_tab):  # Playwright's way for what the tab did not take

@@ -67,7 +67,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--only",
         default="latency,init,handshakes,node,commit,memory,throughput",
         help="phases to run (comma-separated; `--only handshakes` alone takes 1–2 min; `first-calls`: "
-        "only its first call after a warm initialize, ~1 min)",
+        "only its first call after a warm initialize, ~1 min; `resumes`: only the sessions resuming at once, "
+        "~1 min)",
     )
     p.add_argument(
         "--handshakes-at-once", type=int, default=20, help="concurrent Claude-Code-shaped handshakes (default 20)"
@@ -268,6 +269,14 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
         rows = await handshakes_resume.first_calls(env, page, a.reps)
         out += [*handshakes_report.first_call_table(rows), ""]
         goals += handshakes_report.first_call_goals(rows)
+
+    if "resumes" in a.only and "handshakes" not in a.only and a.resume_at_once:  # the handshakes phase has them
+        m.say(f"{a.resume_at_once} sessions resuming at once, --resume-reserve {a.resume_at_once_reserve}")
+        once = await handshakes_resume.resumes_at_once(
+            env, page, a.resume_at_once, handshakes.REAP_IDLE, a.resume_at_once_reserve
+        )
+        out += [*handshakes_report.at_once_table(once), ""]
+        goals += handshakes_report.at_once_goals(once)
 
     if "commit" in a.only:
         m.say("commit: the record's flush_rows() on a tool answer's path, in-process")

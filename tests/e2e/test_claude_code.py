@@ -246,10 +246,10 @@ def test_pause_past_the_idle_timeout_then_click_the_old_ref(reaping: RouterThrea
         pool = reaping.manager.pool
         prepared = wait_for(lambda: pool.prepared_sessions(session.initialize_params), timeout=RESERVE_READY)
         carries_on(cc, before, reaping)  # the worker's own roots/list and pings reach the client's stream
-        # A resume takes the reserve's worker but not its held stream: the handshake is replayed
-        # beside the restore, no slower, and the new session's pings start at the call (Continuity.attach).
-        assert session.worker_session_id not in prepared, "the resume took the reserve's held stream"
-        assert not session.worker_has_roots
+        # A resume takes the reserve's worker with its prepared session and held stream: nothing
+        # is replayed, and the worker does not ask the client's roots again (Continuity.attach).
+        assert session.worker_session_id in prepared, "the resume replayed the handshake"
+        assert session.worker_has_roots
 
 
 def test_pause_after_a_second_navigation_then_click_the_old_ref(reaping: RouterThread, pages: str) -> None:
