@@ -32,7 +32,7 @@ from router.sessions.admission import Admission
 from router.sessions.bringup import BringUps
 from router.sessions.control import ControlError, ControlSession
 from router.sessions.handshake import HandshakeCache
-from router.sessions.prepared_stream import PreparedStream, hold_for_streamless, wait_for_stream
+from router.sessions.prepared_stream import HandOver, PreparedStream, hand_over, hold_for_streamless
 from router.sessions.restore import restore_browser
 from router.sessions.resume_notice import resumed_notice
 from router.sessions.state_save import SAVE_TIMEOUT, BrowserStateSaver
@@ -69,11 +69,8 @@ class Continuity:
         self.supervisor = supervisor
         self.on_dormant = on_dormant
         self.bring_ups = bring_ups
-        # Restores onto warm workers queue among themselves, as many at once as bring-ups: ten
-        # resuming together otherwise all crawl to the end at once, where queued the first are
-        # back sooner and the median drops (scripts/bench --only resumes, --resume-reserve 10:
-        # 1.62-1.72 s p50 unqueued, 1.32-1.40 s queued). Not in bring_ups itself: a warm
-        # worker's restore must not wait behind cold spawns.
+        # Restores onto warm workers queue among themselves (not behind cold spawns): ten at once
+        # otherwise all crawl to the end together (--resume-reserve 10: p50 1.62-1.72 s, queued 1.32-1.40 s).
         self.warm_restores = BringUps(bring_ups.limit)
         self.admission = admission
         self.handshakes = handshakes
@@ -101,14 +98,11 @@ class Continuity:
     ) -> dict[str, Any]:
         """A worker for ``session`` (``worker`` when one was taken from the pool, else a spawn):
         the client's handshake replayed, the control session opened, the browser restored.
-        ``prepared``: a session the pool opened on ``worker`` ahead of time; when it was opened
-        with the client's own initialize params it is the client's, and nothing is replayed.
-        ``prepared_stream``: its GET stream, when its first call was made with roots: then it is
-        the client's only if its GET stream is open (given ``STREAM_GRACE`` to open) and the
-        client's roots are the same (their answer awaited ``roots_wait`` s, by default
-        ``self.roots_wait``; 0 at ``initialize``, before any stream could open: neither is
-        awaited; on a resume (``reason``) the stream is open or not, no grace). A client that
-        declares roots and has no GET stream gets one held by the router (``hold_for_streamless``).
+        ``prepared``: a session the pool opened on ``worker`` ahead of time, and
+        ``prepared_stream`` its GET stream: the client's or not as ``hand_over`` decides (roots
+        awaited ``roots_wait`` s, by default ``self.roots_wait``; 0 at ``initialize``); if not,
+        the handshake is replayed. A client that declares roots and has no GET stream gets one
+        held by the router (``hold_for_streamless``).
         Called with ``session.lock`` held; raises ServiceUnavailable or WorkerUnreachable.
         Returns the worker's answer to the replayed ``initialize``.
 
@@ -117,29 +111,17 @@ class Continuity:
         sessions resuming at once on two cores otherwise all crawl together (measured here:
         each waited ~18 s), where queued, the first are back at once and the median halves."""
         if worker is not None:
-            held = None
-            waited = False
+            taken = HandOver(None, None, False)
             if prepared is not None:
-                usable = prepared.opened_with == (session.initialize_params or None)
-                # On a resume too: one resume alone measured no faster for it, but ten at once
-                # on two cores are, since each replayed session costs its worker an attach to the
-                # browser and a roots/list at the first call (scripts/bench --only resumes).
-                if usable and prepared_stream is not None:
-                    wait = self.roots_wait if roots_wait is None else roots_wait
-                    if wait > 0 and reason is None:  # else at initialize: no stream can be open yet
-                        await wait_for_stream(session)
-                    waited = True
-                    usable = await prepared_stream.hand_over_to(session, wait)
-                    held = prepared_stream if usable else None
-                elif prepared_stream is not None:
-                    self.start_soon(prepared_stream.close)
-                    usable = False
-                if not usable:
-                    self.start_soon(prepared.close)  # another client's shape or roots: the worker forgets it
-                    prepared = None
+                wait = self.roots_wait if roots_wait is None else roots_wait
+                taken = await hand_over(
+                    session, prepared, prepared_stream, wait=wait, resuming=reason is not None,
+                    start_soon=self.start_soon,
+                )  # fmt: skip
             return await self._attach(
-                session, worker, control, connection, prepared, reason, time.monotonic(), held, waited
-            )
+                session, worker, control, connection, taken.prepared, reason, time.monotonic(), taken.held,
+                taken.waited,
+            )  # fmt: skip
         if queued_since is not None:
             return await self._attach(session, None, control, connection, None, reason, queued_since)
         queued = time.monotonic()

@@ -184,3 +184,40 @@ async def close_prepared(client: ControlSession | None, stream: PreparedStream |
         await stream.close()
     if client is not None:
         await client.close()
+
+
+@dataclass(frozen=True, slots=True)
+class HandOver:
+    prepared: ControlSession | None  # the client's own session on the warm worker; None: replay
+    held: PreparedStream | None  # its GET stream, the client's from now on
+    waited: bool  # the client's GET stream was given its chance to open
+
+
+async def hand_over(
+    session: Session, prepared: ControlSession, stream: PreparedStream | None, *, wait: float, resuming: bool,
+    start_soon: Callable[[Callable[[], Awaitable[Any]]], None],
+) -> HandOver:
+    """What of a warm worker's prepared session ``session``'s client takes: the session when it
+    was opened with the client's own initialize params; when its first call was made with roots
+    (``stream``), only together with that stream, if the client's GET stream is open (given
+    ``STREAM_GRACE``, not on a resume: there it is open or not) and its roots (awaited ``wait``
+    s) are the same. What is not taken is closed: the worker forgets it.
+
+    On a resume too: one resume alone measured no faster for it, but ten at once on two cores
+    are, since each replayed session costs its worker an attach to the browser and a roots/list
+    at the first call (scripts/bench --only resumes)."""
+    usable = prepared.opened_with == (session.initialize_params or None)
+    held = None
+    waited = False
+    if usable and stream is not None:
+        if wait > 0 and not resuming:  # wait 0: at initialize, no stream can be open yet
+            await wait_for_stream(session)
+        waited = True
+        usable = await stream.hand_over_to(session, wait)
+        held = stream if usable else None
+    elif stream is not None:
+        start_soon(stream.close)
+        usable = False
+    if not usable:
+        start_soon(prepared.close)  # another client's shape or roots
+    return HandOver(prepared if usable else None, held, waited)

@@ -8,14 +8,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
+from router.sessions.resume_notice import NOTICE_PREFIX
 from router.sessions.table import State
 from tests.router.test_warm_pool import router_loop_call
 from tests.support import RawClient, RouterThread, router_settings, wait_for, whoami
 
 SETTLE = 1.5  # the pool looks again at least once a second: long enough to see it did not grow
 RESERVE_FILLED = 30.0  # one stand-in worker at a time, on a loaded machine
+RESTORE_TAKES = 0.2  # long enough for restores that were not queued to overlap
 
 
 def put_to_sleep(router: RouterThread, clients: list[RawClient]) -> list[int]:
@@ -74,3 +77,40 @@ def test_without_spare_memory_the_reserve_keeps_one_worker(state_dir: Path, monk
 def test_bring_ups_setting_reaches_the_queue(state_dir: Path, bring_ups: int) -> None:
     with RouterThread(router_settings(state_dir, bring_ups=bring_ups)) as router:
         assert router.manager.bring_ups.limit == bring_ups
+
+
+def test_restores_onto_warm_workers_queue_and_each_counts_as_a_save(state_dir: Path, monkeypatch: Any) -> None:
+    """Three sessions resuming at once on three warm workers with one bring-up slot: their
+    restores run one at a time (ten together on two cores otherwise all end late), and what a
+    restore put back counts as saved, so the save after the resumed call waits its interval."""
+    running: list[int] = [0]
+    most: list[int] = [0]
+
+    async def restore(*_: Any) -> bool:
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        try:
+            await anyio.sleep(RESTORE_TAKES)  # stands in for the browser's work
+        finally:
+            running[0] -= 1
+        return True
+
+    monkeypatch.setattr("router.sessions.continuity.restore_browser", restore)
+    settings = router_settings(state_dir, resume_reserve=3, bring_ups=1, idle_timeout=600)
+    with RouterThread(settings) as router:
+        clients = [RawClient(router.url) for _ in range(3)]
+        try:
+            put_to_sleep(router, clients)
+            wait_for(lambda: len(router.manager.pool.ready_ids()) == 3, timeout=3 * RESERVE_FILLED)
+            resumed_after = time.monotonic()
+            with ThreadPoolExecutor(len(clients)) as resumes:
+                answers = list(resumes.map(lambda c: c.text("whoami"), clients))
+            assert all(NOTICE_PREFIX in text for text in answers), answers  # each was a restore
+            assert most[0] == 1
+            for client in clients:
+                session = router.manager.sessions.get(client.session_id)
+                assert session.state_saved_at > resumed_after
+        finally:
+            for client in clients:
+                client.delete()
+                client.close()
