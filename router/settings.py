@@ -69,8 +69,10 @@ class Settings(BaseSettings):
     # Warm workers kept ready while browsed sessions sleep (one per session asleep, up to this
     # many, past the first only while memory is spare), so a conversation's next call after a
     # pause takes a browser that is already up (router/sessions/manager.py); 0 turns it off.
-    # Memory for latency: each waits with ~0.3-0.5 GiB.
-    resume_reserve: int = Field(default=1, ge=0)
+    # Memory for latency: each waits with ~0.35 GiB (headless shell). Ten, as ten conversations
+    # coming back at once need ten (scripts/bench --only resumes); a reserve only does ahead,
+    # during the pause, the bring-up each resume needs anyway.
+    resume_reserve: int = Field(default=10, ge=0)
     # Workers coming up (spawn, browser launch, restore) at once; the rest queue. None: one per core.
     bring_ups: int | None = Field(default=None, ge=1)
     session_retention_hours: float = 24.0  # a dormant session stays resumable this long

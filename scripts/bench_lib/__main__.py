@@ -76,7 +76,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--handshake-rounds", type=int, default=3, help="rounds of concurrent handshakes (default 3)")
     p.add_argument("--resume-at-once", type=int, default=10, help="sessions resuming at once (0: skip)")
     p.add_argument(
-        "--resume-at-once-reserve", type=int, default=1, help="--resume-reserve of that router (memory for latency)"
+        "--resume-at-once-reserve", type=int, default=10,
+        help="--resume-reserve of that router (memory for latency; 10, the router's default)",
     )
     p.add_argument("--node-reps", type=int, default=5, help="rounds of the worker's node start-up (0: skip)")
     p.add_argument("--v8-compile-cache", type=Path, help="v8-compile-cache.js: also time node with it")

@@ -32,7 +32,9 @@ from bench_lib.targets import Env, Target, start_router, start_worker
 from router.types import HANDSHAKE_VERSIONS
 from workers.orphans import processes_for
 
-REAP_IDLE: Final = 2.0  # the reaping router's --idle-timeout (seconds)
+# The reaping router's --idle-timeout (seconds): past the worker's 3-s ping period, so a resumed
+# session's pings (a warm worker's handed-over stream keeps its rhythm) come before it is reaped again.
+REAP_IDLE: Final = 4.0
 PROBE_WITHIN: Final = 30.0  # a just-started router's handshake cache is filled by then
 REAPED_WITHIN: Final = 30.0
 ROOTS_WITHIN: Final = 10.0  # the worker asks roots/list at the session's first tool call
@@ -318,7 +320,7 @@ class ResumeOptions:
     phase, bench_lib/node_start.py)."""
 
     resume_at_once: int = 10
-    reserve: int = 1  # the at-once router's --resume-reserve (warm workers readied before the clicks)
+    reserve: int = 10  # the at-once router's --resume-reserve (warm workers readied before the clicks)
 
 
 async def measure(

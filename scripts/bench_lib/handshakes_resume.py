@@ -95,7 +95,7 @@ async def first_calls(env: Env, page: str, reps: int) -> list[FirstCallRow]:
 # -- resumes at once --------------------------------------------------------------------------------
 
 
-async def resumes_at_once(env: Env, page: str, at_once: int, reap_idle: float, reserve: int = 1) -> AtOnceRow:
+async def resumes_at_once(env: Env, page: str, at_once: int, reap_idle: float, reserve: int = 10) -> AtOnceRow:
     """``at_once`` conversations open a page, pause until their workers are reaped, then all click
     the ref they hold at the same moment, once the resume reserve (``--resume-reserve``) is ready."""
     from bench_lib.handshakes import CLICK, open_page, wait_reaped
