@@ -68,7 +68,7 @@ def reaping(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator
     # As users run it: the resume reserve on (the default), so a conversation's call after a
     # pause takes a browser that is already up.
     state = tmp_path_factory.mktemp("cc-reap")
-    with playwright_router(state, chromium, idle_timeout=REAP_IDLE, resume_reserve=1) as router:
+    with playwright_router(state, chromium, idle_timeout=REAP_IDLE, resume_reserve=2) as router:
         yield router
 
 
@@ -250,6 +250,30 @@ def test_pause_past_the_idle_timeout_then_click_the_old_ref(reaping: RouterThrea
         # is replayed, and the worker does not ask the client's roots again (Continuity.attach).
         assert session.worker_session_id in prepared, "the resume replayed the handshake"
         assert session.worker_has_roots
+
+
+def test_two_conversations_back_at_once_each_take_a_warm_worker(reaping: RouterThread, pages: str) -> None:
+    """Both paused past the idle timeout, both click their old refs at the same moment: each
+    takes one of the reserve's warm workers with its prepared session (restores queued, no
+    handshake replayed), and each carries on with its cookie, page and pings."""
+    with ClaudeCodeClient(reaping.url) as first, ClaudeCodeClient(reaping.url) as second:
+        pair = (first, second)
+        befores = [sign_in(cc, pages, f"together{k}") for k, cc in enumerate(pair)]
+        for cc in pair:
+            wait_worker_gone(reaping, cc.session_id, worker_of(reaping, cc.session_id))
+        session = reaping.manager.sessions.get(first.session_id)
+        assert session is not None
+        pool = reaping.manager.pool
+        prepared = wait_for(
+            lambda: (lambda ids: ids if len(ids) >= 2 else None)(pool.prepared_sessions(session.initialize_params)),
+            timeout=2 * RESERVE_READY,
+        )
+        with ThreadPoolExecutor(2) as together:
+            list(together.map(lambda both: carries_on(both[0], both[1], reaping), zip(pair, befores, strict=True)))
+        for cc in pair:
+            resumed = reaping.manager.sessions.get(cc.session_id)
+            assert resumed is not None and resumed.worker_session_id in prepared
+            assert resumed.worker_has_roots
 
 
 def test_pause_after_a_second_navigation_then_click_the_old_ref(reaping: RouterThread, pages: str) -> None:
