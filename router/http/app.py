@@ -26,6 +26,7 @@ from router.http.auth import (
     load_or_create_token,
     private_state_dir,
 )
+from router.http.dispatch import RouterApp
 from router.http.endpoint import McpEndpoint
 from router.http.errors import ServiceUnavailable
 from router.http.exchange import ExchangeHooks
@@ -236,9 +237,15 @@ def create_app(settings: Settings) -> Starlette:
             }
         return JSONResponse(body, status_code=503 if failures else 200)
 
-    app = Starlette(
+    security = {"policy": OriginPolicy(settings.allowed_hosts, settings.allowed_origins)}
+    timed_endpoint = TimedEndpoint(endpoint, metrics)
+    # The same chain as the generic stack's, minus Starlette's two exception middlewares and route
+    # matching (router/http/dispatch.py); the Route stays for url_for and the route listing.
+    mcp_chain = SecurityMiddleware(AuthMiddleware(timed_endpoint, auth=auth), **security)
+    app = RouterApp(
+        fast_path=(MCP_ENDPOINT, mcp_chain),
         routes=[
-            Route(MCP_ENDPOINT, TimedEndpoint(endpoint, metrics), methods=None),
+            Route(MCP_ENDPOINT, timed_endpoint, methods=None),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/metrics", metrics.endpoint, methods=["GET"]),
             *Api(manager, lambda: recorder.records if recorder is not None else None, layout).routes(),
@@ -247,10 +254,7 @@ def create_app(settings: Settings) -> Starlette:
             *(auth.routes() if auth is not None else []),
         ],
         middleware=[
-            Middleware(
-                SecurityMiddleware,
-                policy=OriginPolicy(settings.allowed_hosts, settings.allowed_origins),
-            ),
+            Middleware(SecurityMiddleware, **security),
             Middleware(AuthMiddleware, auth=auth),
         ],
         lifespan=lifespan,

@@ -23,6 +23,8 @@ from typing import Any, Final
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from router.http.coalesce import CoalescingTransport
+
 __all__ = [
     "HEADER_TIMEOUT_S", "MAX_HEADERS", "MAX_HEAD_BYTES", "concurrency_limit", "limited_protocol",
     "raise_open_files_limit",
@@ -68,7 +70,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     # -- connection --------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)  # type: ignore[arg-type]
+        # Each answer's head and body leave in one send (router/http/coalesce.py).
+        super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:

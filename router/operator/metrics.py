@@ -33,6 +33,10 @@ PREFIX: Final = "mcp_router"
 # misbehaving client cannot grow the series without bound.
 MAX_TOOL_LABELS: Final = 200
 OTHER: Final = "other"
+# Label children kept per (method, tool, status): prometheus_client's ``labels()`` validates and
+# locks on every call, a measurable share of a relayed call. Bounded: a key past this is looked up
+# the slow way, never cached.
+MAX_CALL_KEYS: Final = 1000
 # A tool label is a plausible tool name (the spec's charset, a sane length) or "other": a 100 KB
 # name must never become a series.
 _TOOL_LABEL: Final = re.compile(r"[A-Za-z0-9_./:-]{1,64}")
@@ -53,6 +57,10 @@ CALL_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 
 OVERHEAD_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 # Session states → the reason label; "reaped" reads better as what caused it.
 REAP_REASONS: Final = {"reaped": "idle"}
+
+
+# A call's children: its request counter, and for tools/call its tool counter and latency histogram.
+_CallSeries = tuple[Counter, Counter | None, Histogram | None]
 
 
 class Metrics:
@@ -85,6 +93,7 @@ class Metrics:
             buckets=OVERHEAD_BUCKETS, registry=r,
         )
         self._tools: set[str] = set()
+        self._per_call: dict[tuple[str, str | None, str], _CallSeries] = {}
 
     # ---------------------------------------------------------------- instrumentation
 
@@ -110,13 +119,28 @@ class Metrics:
     def call_done(
         self, method: str, tool: str | None, status: str, seconds: float, timing: RequestTiming | None = None
     ) -> None:
-        self.requests.labels(method if method in KNOWN_METHODS else OTHER, status).inc()
-        if method == "tools/call":
-            label = self._tool_label(tool or "")
-            self.tool_calls.labels(label, status).inc()
-            self.call_seconds.labels(label).observe(seconds)
+        key = (method, tool, status)
+        series = self._per_call.get(key)
+        if series is None:
+            series = self._call_series(method, tool, status)
+            # Only names that are their own labels: junk methods or tool names must not fill memory.
+            known = method in KNOWN_METHODS and (tool is None or tool in self._tools)
+            if known and len(self._per_call) < MAX_CALL_KEYS:
+                self._per_call[key] = series
+        requests, tool_calls, call_seconds = series
+        requests.inc()
+        if tool_calls is not None and call_seconds is not None:
+            tool_calls.inc()
+            call_seconds.observe(seconds)
         if timing is not None:
             timing.upstream_s = seconds
+
+    def _call_series(self, method: str, tool: str | None, status: str) -> _CallSeries:
+        requests = self.requests.labels(method if method in KNOWN_METHODS else OTHER, status)
+        if method != "tools/call":
+            return requests, None, None
+        label = self._tool_label(tool or "")
+        return requests, self.tool_calls.labels(label, status), self.call_seconds.labels(label)
 
     def _tool_label(self, tool: str) -> str:
         if tool in self._tools:

@@ -56,3 +56,29 @@ def test_method_labels_are_known_methods_or_other() -> None:
     tools = {one["tool"] for one in labels if "tool" in one}
     assert methods == {"tools/list", OTHER, "tools/call"}
     assert tools == {OTHER, "browser_navigate"}
+
+
+def _value(metrics: Metrics, name: str, **labels: str) -> float:
+    for family in text_string_to_metric_families(metrics.render().decode()):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    return 0.0
+
+
+def test_repeated_calls_count_on_the_same_series_and_junk_stays_other() -> None:
+    # The per-call label children are kept between calls: the counts must still add up per series,
+    # and junk names (never kept) must still land on "other", however many there are.
+    metrics = Metrics()
+    for _ in range(3):
+        metrics.call_done("tools/call", "browser_tabs", "success", 0.01)
+    metrics.call_done("tools/call", "browser_tabs", "error", 0.02)
+    for i in range(1200):
+        metrics.call_done(f"junk/{i}", None, "error", 0.01)
+        metrics.call_done("tools/call", f"bad name {i}", "error", 0.01)
+    assert _value(metrics, "mcp_router_tool_calls_total", tool="browser_tabs", status="success") == 3
+    assert _value(metrics, "mcp_router_tool_calls_total", tool="browser_tabs", status="error") == 1
+    assert _value(metrics, "mcp_router_call_seconds_count", tool="browser_tabs") == 4
+    assert _value(metrics, "mcp_router_requests_total", method="tools/call", status="success") == 3
+    assert _value(metrics, "mcp_router_requests_total", method=OTHER, status="error") == 1200
+    assert _value(metrics, "mcp_router_tool_calls_total", tool=OTHER, status="error") == 1200

@@ -1,0 +1,132 @@
+"""One send per loop turn (router/http/coalesce.py): writes gathered, flushed once, in order;
+close and write_eof flush first, abort drops."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import uvicorn
+
+from router.http.coalesce import CoalescingTransport
+from router.http.limits import limited_protocol
+from tests.support import free_port, wait_for
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.events: list[str] = []
+        self.closing = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.events.append("close")
+        self.closing = True
+
+    def write_eof(self) -> None:
+        self.events.append("eof")
+
+    def abort(self) -> None:
+        self.events.append("abort")
+        self.closing = True
+
+    def get_write_buffer_size(self) -> int:
+        return 7
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 1) if name == "peername" else default
+
+
+async def _next_turn() -> None:
+    await asyncio.sleep(0)
+
+
+async def test_writes_of_one_turn_leave_in_one_write_in_order() -> None:
+    fake = FakeTransport()
+    transport = CoalescingTransport(fake, asyncio.get_running_loop())  # type: ignore[arg-type]
+    transport.write(b"head ")
+    transport.write(b"")
+    transport.writelines([b"body ", bytearray(b"tail")])
+    assert fake.writes == [] and transport.get_write_buffer_size() == 14 + 7
+    await _next_turn()
+    assert fake.writes == [b"head body tail"]
+    transport.write(b"next")
+    await _next_turn()
+    assert fake.writes == [b"head body tail", b"next"]
+
+
+async def test_close_and_eof_flush_first_abort_drops() -> None:
+    loop = asyncio.get_running_loop()
+    fake = FakeTransport()
+    transport = CoalescingTransport(fake, loop)  # type: ignore[arg-type]
+    transport.write(b"a")
+    transport.write_eof()
+    assert fake.writes == [b"a"] and fake.events == ["eof"]
+    transport.write(b"b")
+    transport.close()
+    assert fake.writes == [b"a", b"b"] and fake.events == ["eof", "close"]
+    await _next_turn()  # the scheduled flush finds nothing more and writes nothing to a closed one
+    assert fake.writes == [b"a", b"b"]
+
+    fake = FakeTransport()
+    transport = CoalescingTransport(fake, loop)  # type: ignore[arg-type]
+    transport.write(b"lost")
+    transport.abort()
+    await _next_turn()
+    assert fake.writes == [] and fake.events == ["abort"]
+    assert transport.get_extra_info("peername") == ("127.0.0.1", 1)  # the rest is the wrapped one's
+
+
+async def _streamed(scope: Any, receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+        return
+    await receive()
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+    for part in (b"one ", b"two ", b"three"):
+        await send({"type": "http.response.body", "body": part, "more_body": True})
+        await asyncio.sleep(0)  # each part in a turn of its own
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+@pytest.fixture(scope="module")
+def port() -> Iterator[int]:
+    port = free_port()
+    config = uvicorn.Config(
+        _streamed, host="127.0.0.1", port=port, log_config=None, lifespan="off", http=limited_protocol()
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_for(lambda: server.started)
+    yield port
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def _read_until_closed(s: socket.socket) -> bytes:
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    return data
+
+
+def test_a_streamed_answer_through_the_router_protocol_arrives_whole_and_in_order(port: int) -> None:
+    for _ in range(5):
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.settimeout(5)
+            # Connection: close, so the server closes after the last chunk: close must flush first.
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            answer = _read_until_closed(s)
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in head
+        assert body == b"4\r\none \r\n4\r\ntwo \r\n5\r\nthree\r\n0\r\n\r\n"
