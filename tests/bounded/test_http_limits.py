@@ -6,14 +6,12 @@ import contextlib
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
 from router.http.limits import (
     HEADER_TIMEOUT_S,
@@ -24,7 +22,7 @@ from router.http.limits import (
     limited_protocol,
     raise_open_files_limit,
 )
-from tests.support import FAKE_WORKER, ROOT, free_port, wait_for
+from tests.support import FAKE_WORKER, ROOT, asgi_in_thread, free_port, read_until_closed, wait_for
 
 HEAD_LIMIT = 16 * 1024
 FIELDS_LIMIT = 20
@@ -49,30 +47,15 @@ async def _ok(scope: Any, receive: Any, send: Any) -> None:
 
 @pytest.fixture(scope="module")
 def port() -> Iterator[int]:
-    port = free_port()
     protocol = limited_protocol(max_head_bytes=HEAD_LIMIT, max_headers=FIELDS_LIMIT, header_timeout=TIMEOUT)
-    config = uvicorn.Config(_ok, host="127.0.0.1", port=port, log_config=None, lifespan="off", http=protocol)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_for(lambda: server.started)
-    yield port
-    server.should_exit = True
-    thread.join(timeout=10)
+    with asgi_in_thread(_ok, http=protocol) as port:
+        yield port
 
 
 def _connect(port: int) -> socket.socket:
     s = socket.create_connection(("127.0.0.1", port))
     s.settimeout(CLOSE_WAIT)
     return s
-
-
-def _read_all(s: socket.socket) -> bytes:
-    """Everything until the server closes (a TimeoutError if it never does)."""
-    data = b""
-    while chunk := s.recv(65536):
-        data += chunk
-    return data
 
 
 def _send_quietly(s: socket.socket, data: bytes) -> None:
@@ -85,7 +68,7 @@ def test_a_normal_request_and_a_big_body_pass(port: int) -> None:
     with _connect(port) as s:
         body = b"x" * (4 * 1024 * 1024)  # the body is not the head: never counted here
         s.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
-        answer = _read_all(s)
+        answer = read_until_closed(s)
     assert answer.startswith(b"HTTP/1.1 200") and b"ok %d" % len(body) in answer
 
 
@@ -93,7 +76,7 @@ def test_an_8_mb_header_gets_431_and_a_closed_connection(port: int) -> None:
     with _connect(port) as s:
         _send_quietly(s, b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (8 * 1024 * 1024) + b"\r\n\r\n")
         try:
-            answer = _read_all(s)
+            answer = read_until_closed(s)
         except ConnectionResetError:
             answer = b""  # closed with unread data: a reset is a refusal too
     assert answer == b"" or answer.startswith(b"HTTP/1.1 431")
@@ -102,14 +85,14 @@ def test_an_8_mb_header_gets_431_and_a_closed_connection(port: int) -> None:
 def test_a_long_url_counts_towards_the_head(port: int) -> None:
     with _connect(port) as s:
         _send_quietly(s, b"GET /" + b"u" * (2 * HEAD_LIMIT) + b" HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert _read_all(s).startswith(b"HTTP/1.1 431")
+        assert read_until_closed(s).startswith(b"HTTP/1.1 431")
 
 
 def test_too_many_header_fields_get_431(port: int) -> None:
     fields = b"".join(b"X-F%d: v\r\n" % i for i in range(FIELDS_LIMIT + 5))
     with _connect(port) as s:
         _send_quietly(s, b"GET / HTTP/1.1\r\nHost: x\r\n" + fields + b"\r\n")
-        assert _read_all(s).startswith(b"HTTP/1.1 431")
+        assert read_until_closed(s).startswith(b"HTTP/1.1 431")
 
 
 def test_a_trickled_header_is_cut_off(port: int) -> None:
@@ -140,7 +123,7 @@ def test_a_trickled_header_is_cut_off(port: int) -> None:
 
 def test_a_silent_connection_is_closed(port: int) -> None:
     with _connect(port) as s:
-        assert _read_all(s) == b""
+        assert read_until_closed(s) == b""
 
 
 def test_keep_alive_requests_each_get_their_own_deadline(port: int) -> None:
@@ -173,14 +156,14 @@ def test_serve_bounds_the_request_head(state_dir: Path) -> None:
             _send_quietly(s, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * (8 * 1024 * 1024)
                           + b"\r\n\r\n")
             try:
-                answer = _read_all(s)
+                answer = read_until_closed(s)
             except ConnectionResetError:
                 answer = b""
         assert answer == b"" or answer.startswith(b"HTTP/1.1 431")
         fields = b"".join(b"X-F%d: v\r\n" % i for i in range(MAX_HEADERS + 1))
         with _connect(port) as s:
             _send_quietly(s, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" + fields + b"\r\n")
-            assert _read_all(s).startswith(b"HTTP/1.1 431")
+            assert read_until_closed(s).startswith(b"HTTP/1.1 431")
         assert _answers(port)  # and it still serves
         assert _trickle_cut_off_after(port) < HEADER_TIMEOUT_S + CLOSE_WAIT
     finally:
@@ -192,7 +175,7 @@ def _answers(port: int) -> bool:
     try:
         with _connect(port) as s:
             s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-            return _read_all(s).startswith(b"HTTP/1.1 200")
+            return read_until_closed(s).startswith(b"HTTP/1.1 200")
     except OSError:
         return False
 

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 
 from router.http.coalesce import CoalescingTransport
 from router.http.limits import limited_protocol
-from tests.support import free_port, wait_for
+from tests.support import asgi_in_thread, read_until_closed
 
 
 class FakeTransport:
@@ -100,24 +98,8 @@ async def _streamed(scope: Any, receive: Any, send: Any) -> None:
 
 @pytest.fixture(scope="module")
 def port() -> Iterator[int]:
-    port = free_port()
-    config = uvicorn.Config(
-        _streamed, host="127.0.0.1", port=port, log_config=None, lifespan="off", http=limited_protocol()
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_for(lambda: server.started)
-    yield port
-    server.should_exit = True
-    thread.join(timeout=10)
-
-
-def _read_until_closed(s: socket.socket) -> bytes:
-    data = b""
-    while chunk := s.recv(65536):
-        data += chunk
-    return data
+    with asgi_in_thread(_streamed, http=limited_protocol()) as port:
+        yield port
 
 
 def test_a_streamed_answer_through_the_router_protocol_arrives_whole_and_in_order(port: int) -> None:
@@ -126,7 +108,7 @@ def test_a_streamed_answer_through_the_router_protocol_arrives_whole_and_in_orde
             s.settimeout(5)
             # Connection: close, so the server closes after the last chunk: close must flush first.
             s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            answer = _read_until_closed(s)
+            answer = read_until_closed(s)
         head, _, body = answer.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in head
         assert body == b"4\r\none \r\n4\r\ntwo \r\n5\r\nthree\r\n0\r\n\r\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from typing import Any
 
 import httpx
@@ -121,3 +122,11 @@ class RawClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def read_until_closed(s: socket.socket) -> bytes:
+    """Everything a raw socket receives until the server closes (the socket's timeout if never)."""
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    return data

@@ -36,6 +36,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@contextmanager
+def asgi_in_thread(app: Any, **config: Any) -> Iterator[int]:
+    """A bare ASGI app under uvicorn (lifespan off) on a free loopback port; yields the port."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="off", **config)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started)
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
 class RouterThread:
     """A real uvicorn serving the real app on a free loopback port, in a background thread."""
 
