@@ -262,7 +262,7 @@ def hundred(args: argparse.Namespace, browser: str) -> None:
         print(f"| second call of every conversation (resumes the hibernated) | {again_s:.1f} s |")
         print(f"| peak live workers | {sampler.peak_live} |")
         print(f"| peak PSS of all workers (node + Chromium) | {sampler.peak_workers / MIB:.0f} MiB |")
-        print(f"| lowest available memory during the run (MemAvailable, or less under a cgroup limit) | {sampler.min_available / MIB:.0f} MiB |")
+        print(f"| lowest available memory (cgroup limit included) | {sampler.min_available / MIB:.0f} MiB |")
         print(f"| router (+ driver) RSS growth | {(rss_after - rss_before) / MIB:.0f} MiB |")
         print(f"| errors / state lost | {len(errors)} |")
         for e in errors[:10]:
