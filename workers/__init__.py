@@ -10,15 +10,16 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from ._exceptions import (  # no imports of its own: as cheap eager as lazy
+    NoPortAvailable,
+    ReadyTimeout,
+    SpawnError,
+    SupervisorNotRunning,
+    WorkerError,
+    WorkerExited,
+)
+
 if TYPE_CHECKING:
-    from ._exceptions import (
-        NoPortAvailable,
-        ReadyTimeout,
-        SpawnError,
-        SupervisorNotRunning,
-        WorkerError,
-        WorkerExited,
-    )
     from .health import RestartBudget
     from .orphans import end_orphans, find_orphans, processes_for
     from .ports import PortAllocator, derive_port
@@ -26,14 +27,6 @@ if TYPE_CHECKING:
     from .supervisor import Supervisor, Worker
 
 _HOMES = {
-    "._exceptions": (
-        "NoPortAvailable",
-        "ReadyTimeout",
-        "SpawnError",
-        "SupervisorNotRunning",
-        "WorkerError",
-        "WorkerExited",
-    ),
     ".health": ("RestartBudget",),
     ".orphans": ("end_orphans", "find_orphans", "processes_for"),
     ".ports": ("PortAllocator", "derive_port"),
