@@ -91,6 +91,8 @@ class Memory:
                 continue
             hierarchy, controllers, path = parts
             group = PurePosixPath(path.lstrip("/"))
+            if ".." in group.parts:  # a group outside our cgroup namespace: only its root is ours
+                group = PurePosixPath()
             if hierarchy == "0" and not controllers:
                 # A pure v2 set-up mounts it at the root, a hybrid one under unified/.
                 yield V2, self.cgroup_fs, group

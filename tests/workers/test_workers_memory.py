@@ -116,6 +116,13 @@ def test_inside_a_container_the_mount_root_holds_its_limit(tree: Tree) -> None:
     assert tree.figures() == (3 * GIB, 2 * GIB)
 
 
+def test_a_group_outside_the_cgroup_namespace_reads_only_the_mount_root(tree: Tree) -> None:
+    tree.own_cgroup("0::/../../elsewhere\n")
+    tree.level(".", memory_max=3 * GIB, memory_current=GIB)
+    (tree.cgroup_fs.parent / "memory.max").write_text(f"{GIB}\n")  # outside the mount: not read
+    assert tree.figures() == (3 * GIB, 2 * GIB)
+
+
 def test_a_hybrid_host_reads_v2_under_unified(tree: Tree) -> None:
     tree.own_cgroup("4:memory:/\n0::/box\n")
     tree.level("unified/box", memory_max=GIB, memory_current=0)
