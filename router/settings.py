@@ -10,6 +10,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from workers.memory import Memory, host_memory
+
 BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 DEBIAN_CHROMIUM = Path("/usr/bin/chromium")
 # Chromium's headless shell (Debian's chromium-headless-shell; what Playwright itself runs for
@@ -45,11 +47,11 @@ def find_browser(*, headless: bool = True) -> str | None:
     return str(DEBIAN_CHROMIUM) if DEBIAN_CHROMIUM.exists() else None
 
 
-def default_max_live_workers() -> int:
-    """One worker per ~600 MiB of RAM: a worker with one page open takes ~520 MiB (PSS)."""
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
+def default_max_live_workers(memory: Memory | None = None) -> int:
+    """One worker per ~600 MiB of RAM: a worker with one page open takes ~520 MiB (PSS). RAM is
+    the container's or the unit's limit where that is lower than the machine's."""
+    total = (memory or host_memory()).total()
+    if total is None:
         return DEFAULT_LIVE_WORKERS
     return max(1, total // WORKER_MEMORY_BYTES)
 

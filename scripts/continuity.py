@@ -17,6 +17,7 @@ from router.sessions.table import State
 from router.settings import find_browser
 from tests.e2e.pages import serve_pages
 from tests.support import RawClient, RouterThread, router_settings, wait_for
+from workers.memory import host_memory
 from workers.orphans import processes_for
 
 MIB = 1024 * 1024
@@ -46,11 +47,7 @@ def rss_self() -> int:
 
 
 def mem_available() -> int:
-    with open("/proc/meminfo") as fh:
-        for line in fh:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    return host_memory().available() or 0
 
 
 class Sampler:
@@ -265,7 +262,7 @@ def hundred(args: argparse.Namespace, browser: str) -> None:
         print(f"| second call of every conversation (resumes the hibernated) | {again_s:.1f} s |")
         print(f"| peak live workers | {sampler.peak_live} |")
         print(f"| peak PSS of all workers (node + Chromium) | {sampler.peak_workers / MIB:.0f} MiB |")
-        print(f"| lowest MemAvailable during the run | {sampler.min_available / MIB:.0f} MiB |")
+        print(f"| lowest available memory (cgroup limit included) | {sampler.min_available / MIB:.0f} MiB |")
         print(f"| router (+ driver) RSS growth | {(rss_after - rss_before) / MIB:.0f} MiB |")
         print(f"| errors / state lost | {len(errors)} |")
         for e in errors[:10]:

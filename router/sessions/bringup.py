@@ -13,15 +13,15 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Final, TypeVar
 
 import anyio
 
+from workers.memory import host_memory
+
 T = TypeVar("T")
 
 
-MEMINFO: Final = Path("/proc/meminfo")
 # A warm worker (node + Chromium on about:blank) holds ~0.3-0.5 GiB; a browsing one ~0.5 GiB.
 WARM_WORKER_BYTES: Final = 600 * 1024 * 1024
 # A growing resume reserve leaves at least this much to everything else on the machine.
@@ -29,14 +29,9 @@ RESERVE_FREE_FLOOR: Final = 2 * 1024 * 1024 * 1024
 
 
 def available_memory() -> int | None:
-    """Bytes the kernel could hand out without swapping (MemAvailable), None where unknown."""
-    try:
-        for line in MEMINFO.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    """Bytes that could be handed out without swapping or hitting the container's or unit's
+    memory limit; None where unknown."""
+    return host_memory().available()
 
 
 def room_for_another_warm_worker(available: Callable[[], int | None] = available_memory) -> bool:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from bench_lib.measure import InitResult, LatencyResult, MemoryRow, ThroughputResult, med_ms, pct
 
+from workers.memory import host_memory
 from workers.node import node_executable
 
 MIB = 1024
@@ -21,9 +22,9 @@ def machine() -> str:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-        mem_kib = next(int(x.split()[1]) for x in open("/proc/meminfo") if x.startswith("MemTotal"))  # noqa: SIM115
-    except (OSError, StopIteration, ValueError):
-        mem_kib = 0
+    except OSError:
+        pass
+    mem_kib = (host_memory().total() or 0) // 1024
     node = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
     worker_node = subprocess.run([node_executable(), "--version"], capture_output=True, text=True).stdout.strip()
     return (
