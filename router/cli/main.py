@@ -130,6 +130,9 @@ def _serve_locked(settings: Settings) -> int:
         http=limited_protocol(),
         limit_concurrency=concurrency_limit(raise_open_files_limit()),
         timeout_keep_alive=KEEP_ALIVE_TIMEOUT_S,
+        # Nothing reads the client's address or scheme (no access log, relative redirects), so
+        # uvicorn's X-Forwarded-* rewrite is a middleware every call would pay for nothing.
+        proxy_headers=False,
     )
     manager = app.state.manager
     health = app.state.health

@@ -60,7 +60,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         const=15.0,
         default=0.0,
         metavar="SECONDS",
-        help="also run py-spy on the router during a routed loop (default 15 s)",
+        help="also run py-spy on the router during a routed loop (default 15 s) and the throughput run",
     )
     p.add_argument("--profile-path", default=REC, help="which router to profile (a variant's label)")
     p.add_argument(
@@ -327,7 +327,13 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
                 m.say(f"  {level} browsing sessions: worker PSS {mem_rows[-1].worker_pss_kib / 1024:.0f} MiB")
             if "throughput" in a.only:
                 m.say(f"throughput: {len(sessions)} sessions × navigate+snapshot for {a.duration:.0f} s")
+                raw_tp = a.out.parent / "profile-throughput.txt"
+                spy = profile.start(router.child.pid, raw_tp) if a.profile else None
                 tp = await m.throughput(sessions, page, a.duration, router_pid=router.child.pid)
+                if spy is not None:
+                    profile.stop(spy)
+                    out += [f"### Router profile (py-spy, throughput run at {tp.sessions} sessions)", ""]
+                    out += [*profile.summary(raw_tp, tp.calls, what="navigate/snapshot calls"), ""]
                 out += [
                     f"### Throughput through the router (recording on): {tp.sessions} concurrent sessions, "
                     "each `browser_navigate` + `browser_snapshot` in a loop",

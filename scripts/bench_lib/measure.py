@@ -240,12 +240,22 @@ class ThroughputResult:
     latencies: list[float] = field(default_factory=list)
     first_error: str = ""
     router_cpu_ms_per_call: float | None = None  # user + system of the router process
+    # The router's CPU while the same sessions sit idle (health checks, timers): a per-second cost
+    # that the loop's calls/s spread over each call.
+    idle_cpu_ms_per_s: float | None = None
+
+
+THROUGHPUT_IDLE_S = 5.0
 
 
 async def throughput(
     sessions: list[McpSession], page: str, seconds: float, router_pid: int | None = None
 ) -> ThroughputResult:
     result = ThroughputResult(len(sessions), seconds)
+    if router_pid is not None:
+        cpu0, t0 = cpu_seconds(router_pid), time.perf_counter()
+        await asyncio.sleep(THROUGHPUT_IDLE_S)
+        result.idle_cpu_ms_per_s = (cpu_seconds(router_pid) - cpu0) * 1000 / (time.perf_counter() - t0)
     cpu0 = cpu_seconds(router_pid) if router_pid is not None else 0.0
     end = time.perf_counter() + seconds
 

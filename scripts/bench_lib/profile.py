@@ -91,7 +91,9 @@ def _group(frame: str) -> str:
     return "other"
 
 
-def summary(path: Path, calls: int, top: int = 12) -> list[str]:
+def summary(
+    path: Path, calls: int, top: int = 12, what: str = "routed `browser_snapshot`/`browser_tabs` calls"
+) -> list[str]:
     every = _parse(path)
     # The main thread only: the others (aiosqlite's, asyncio's child watcher, to_thread) block in C
     # waits that py-spy cannot always tell from work.
@@ -111,7 +113,7 @@ def summary(path: Path, calls: int, top: int = 12) -> list[str]:
     other = sum(c for _, c in every) - total
     lines = [
         f"{total} main-thread samples ({other} in other threads left out) while the router served {calls} "
-        "routed `browser_snapshot`/`browser_tabs` calls.",
+        f"{what}.",
         "",
         "| where (self time of the running frame) | share |",
         "|---|---:|",

@@ -118,8 +118,11 @@ def throughput_table(t: ThroughputResult) -> list[str]:
     p95 = f"{pct(t.latencies, 95):.0f}" if t.latencies else "—"
     err = f"{t.errors} ({t.first_error})" if t.errors else "0"
     cpu = f"{t.router_cpu_ms_per_call:.2f}" if t.router_cpu_ms_per_call is not None else "—"
+    idle = f"{t.idle_cpu_ms_per_s:.1f}" if t.idle_cpu_ms_per_s is not None else "—"
     return [
-        "| sessions | seconds | calls | calls/s | errors | p50 ms | p95 ms | router CPU ms per call |",
-        "|---:|---:|---:|---:|---|---:|---:|---:|",
-        f"| {t.sessions} | {t.seconds:.1f} | {t.calls} | {t.calls / t.seconds:.1f} | {err} | {p50} | {p95} | {cpu} |",
+        "| sessions | seconds | calls | calls/s | errors | p50 ms | p95 ms | router CPU ms per call | "
+        "router CPU ms/s idle |",
+        "|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+        f"| {t.sessions} | {t.seconds:.1f} | {t.calls} | {t.calls / t.seconds:.1f} | {err} | {p50} | {p95} | {cpu} "
+        f"| {idle} |",
     ]
