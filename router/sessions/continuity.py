@@ -114,10 +114,14 @@ class Continuity:
             taken = HandOver(None, None, False)
             if prepared is not None:
                 wait = self.roots_wait if roots_wait is None else roots_wait
-                taken = await hand_over(
-                    session, prepared, prepared_stream, wait=wait, resuming=reason is not None,
-                    start_soon=self.start_soon,
-                )  # fmt: skip
+                try:
+                    taken = await hand_over(
+                        session, prepared, prepared_stream, wait=wait, resuming=reason is not None,
+                        start_soon=self.start_soon,
+                    )  # fmt: skip
+                except BaseException:  # cancelled: the worker taken from the pool is nobody's
+                    await self._let_go(session, worker, connection, prepared_stream)
+                    raise
             return await self._attach(
                 session, worker, control, connection, taken.prepared, reason, time.monotonic(), taken.held,
                 taken.waited,
@@ -183,6 +187,8 @@ class Continuity:
                 except ControlError as exc:  # a page without its cookies beats no page at all
                     log.warning("state restore failed session=%s: %s", session.id, exc)
 
+        # Until _bind the worker is the session's in no one's eyes but this call's: whatever ends
+        # it early (a failure, a cancellation, the session ending meanwhile) must end the worker.
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(replay_handshake)
@@ -190,25 +196,25 @@ class Continuity:
             if failures:
                 raise failures[0]
             self._learn_handshake(session, replay, control)
+            if session.state not in ENDED:
+                session.worker_has_roots = held is not None
+                if held is None:
+                    held = await hold_for_streamless(
+                        session, replay, waited=stream_waited, start_soon=self.start_soon
+                    )
         except ControlError as exc:
-            if held is not None:
-                await held.close()
-            await connection.aclose()
-            self.admission.release(worker.session_id)
-            await self.supervisor.stop(worker.session_id)
+            await self._let_go(session, worker, connection, held)
             session.crashed_at = time.monotonic()
             raise WorkerUnreachable(
                 f"Could not start the session's browser worker: {exc}",
                 data={"session": session.id, "stderr": worker.stderr_tail()},
             ) from None
+        except BaseException:
+            await self._let_go(session, worker, connection, held)
+            raise
         if session.state in ENDED:  # ended (DELETE, --end) while the worker was coming up
-            if held is not None:
-                await held.close()
-            await connection.aclose()
+            await self._let_go(session, worker, connection, held)
             return replay.initialize_result
-        session.worker_has_roots = held is not None
-        if held is None:
-            held = await hold_for_streamless(session, replay, waited=stream_waited, start_soon=self.start_soon)
         if held is not None:  # taken by the client's stream, which _bind wakes
             self._drop_held(session)
             session.adopted_stream = (connection, held)
@@ -231,6 +237,21 @@ class Continuity:
             (done - restore_started) * 1000,
         )  # fmt: skip
         return replay.initialize_result
+
+    async def _let_go(
+        self, session: Session, worker: Worker, connection: WorkerConnection | None, held: PreparedStream | None
+    ) -> None:
+        """Ends a worker brought up for ``session`` that the session does not get: its held
+        stream and connection closed, its process ended (a warm one's directory with it), its
+        slot freed last (nobody can take it while the process still runs). Shielded: it runs
+        on a cancellation too."""
+        with anyio.CancelScope(shield=True):
+            if held is not None:
+                await held.close()
+            if connection is not None:
+                await connection.aclose()
+            await self.end_worker(session, worker)
+        self.admission.release(worker.session_id)
 
     def _drop_held(self, session: Session) -> None:
         """Closes a held stream of the session's worker nobody will relay any more."""
