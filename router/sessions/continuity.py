@@ -182,7 +182,7 @@ class Continuity:
                 try:
                     async with self.warm_restores.slot() if warm else contextlib.nullcontext():
                         restored = await restore_browser(
-                            self.layout.session_dir(session.id), control, worker.output_dir
+                            self.layout.session_dir(session.id), control, worker.output_dir, fresh_profile=warm
                         )
                 except ControlError as exc:  # a page without its cookies beats no page at all
                     log.warning("state restore failed session=%s: %s", session.id, exc)

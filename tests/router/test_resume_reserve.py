@@ -86,7 +86,7 @@ def test_restores_onto_warm_workers_queue_and_each_counts_as_a_save(state_dir: P
     running: list[int] = [0]
     most: list[int] = [0]
 
-    async def restore(*_: Any) -> bool:
+    async def restore(*_: Any, **__: Any) -> bool:
         running[0] += 1
         most[0] = max(most[0], running[0])
         try:
@@ -114,3 +114,29 @@ def test_restores_onto_warm_workers_queue_and_each_counts_as_a_save(state_dir: P
             for client in clients:
                 client.delete()
                 client.close()
+
+
+@pytest.mark.parametrize(("reserve", "fresh"), [(0, False), (1, True)], ids=["cold", "warm"])
+def test_only_a_warm_workers_profile_counts_as_fresh(
+    state_dir: Path, monkeypatch: Any, reserve: int, fresh: bool
+) -> None:
+    """A resume onto a warm worker restores into a browser started on an empty profile; a spawn
+    of the session's own runs on the profile the session left, which the restore must clear."""
+    profiles: list[bool] = []
+
+    async def restore(*_: Any, fresh_profile: bool) -> bool:
+        profiles.append(fresh_profile)
+        return True
+
+    monkeypatch.setattr("router.sessions.continuity.restore_browser", restore)
+    with RouterThread(router_settings(state_dir, resume_reserve=reserve, idle_timeout=600)) as router:
+        client = RawClient(router.url)
+        try:
+            put_to_sleep(router, [client])
+            if reserve:
+                wait_for(router.manager.pool.ready_ids, timeout=RESERVE_FILLED)
+            assert NOTICE_PREFIX in client.text("whoami")
+            assert profiles == [fresh]
+        finally:
+            client.delete()
+            client.close()
