@@ -48,6 +48,10 @@ log = logging.getLogger("mcp_router.continuity")
 # The client's answer to the roots/list the router asks when its GET stream opens (roots.py),
 # awaited at most this long before a warm worker's prepared session is given up.
 ROOTS_WAIT: Final = 1.0
+# A restore holds a bring-up slot (``warm_restores``, or the caller's for a spawn): one stuck on
+# pages that never load is given up after this, the session carrying on with what it got, so
+# the queue behind it moves on. One takes ~0.5-2 s; each of its control calls is bounded at 30 s.
+RESTORE_BUDGET: Final = 30.0
 
 
 class Continuity:
@@ -181,9 +185,12 @@ class Continuity:
             if session.browser_used:
                 try:
                     async with self.warm_restores.slot() if warm else contextlib.nullcontext():
-                        restored = await restore_browser(
-                            self.layout.session_dir(session.id), control, worker.output_dir, fresh_profile=warm
-                        )
+                        with anyio.move_on_after(RESTORE_BUDGET) as budget:
+                            restored = await restore_browser(
+                                self.layout.session_dir(session.id), control, worker.output_dir, fresh_profile=warm
+                            )
+                    if budget.cancelled_caught:
+                        log.warning("state restore given up after %.0f s session=%s", RESTORE_BUDGET, session.id)
                 except ControlError as exc:  # a page without its cookies beats no page at all
                     log.warning("state restore failed session=%s: %s", session.id, exc)
 

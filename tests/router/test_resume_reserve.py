@@ -19,6 +19,7 @@ from tests.support import RawClient, RouterThread, router_settings, wait_for, wh
 SETTLE = 1.5  # the pool looks again at least once a second: long enough to see it did not grow
 RESERVE_FILLED = 30.0  # one stand-in worker at a time, on a loaded machine
 RESTORE_TAKES = 0.2  # long enough for restores that were not queued to overlap
+SHORT_RESTORE_BUDGET = 0.5  # the budget a stuck restore gets here (seconds), made short
 
 
 def put_to_sleep(router: RouterThread, clients: list[RawClient]) -> list[int]:
@@ -140,3 +141,38 @@ def test_only_a_warm_workers_profile_counts_as_fresh(
         finally:
             client.delete()
             client.close()
+
+
+def test_a_stuck_restore_gives_the_queue_up_after_its_budget(state_dir: Path, monkeypatch: Any) -> None:
+    """Two sessions resume at once onto warm workers with one bring-up slot, and the first
+    restore never ends (pages that never load): it is given up after its budget, its session
+    carries on without a claim that its state is back, and the other's restore gets the slot."""
+    stuck: list[str] = []
+
+    async def restore(session_dir: Path, *_: Any, **__: Any) -> bool:
+        if not stuck:
+            stuck.append(session_dir.name)
+            await anyio.Event().wait()  # a browser that never answers
+        return True
+
+    monkeypatch.setattr("router.sessions.continuity.restore_browser", restore)
+    monkeypatch.setattr("router.sessions.continuity.RESTORE_BUDGET", SHORT_RESTORE_BUDGET)
+    settings = router_settings(state_dir, resume_reserve=2, bring_ups=1, idle_timeout=600)
+    with RouterThread(settings) as router:
+        clients = [RawClient(router.url) for _ in range(2)]
+        try:
+            put_to_sleep(router, clients)
+            wait_for(lambda: len(router.manager.pool.ready_ids()) == 2, timeout=2 * RESERVE_FILLED)
+            with ThreadPoolExecutor(len(clients)) as resumes:
+                texts = list(resumes.map(lambda c: c.text("whoami"), clients))
+            answers = {c.session_id: text for c, text in zip(clients, texts, strict=True)}
+            [cut] = stuck
+            [other] = [sid for sid in answers if sid != cut]
+            assert NOTICE_PREFIX not in answers[cut] and NOTICE_PREFIX in answers[other], answers
+            assert router.manager.continuity.warm_restores.running == 0
+            for client in clients:
+                assert router.manager.sessions.get(client.session_id).state is State.LIVE
+        finally:
+            for client in clients:
+                client.delete()
+                client.close()
