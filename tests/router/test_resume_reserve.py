@@ -14,11 +14,10 @@ import pytest
 from router.sessions.resume_notice import NOTICE_PREFIX
 from router.sessions.table import State
 from tests.router.test_warm_pool import router_loop_call
-from tests.support import RawClient, RouterThread, router_settings, wait_for, whoami
+from tests.support import RawClient, RouterThread, async_wait_for, router_settings, wait_for, whoami
 
 SETTLE = 1.5  # the pool looks again at least once a second: long enough to see it did not grow
 RESERVE_FILLED = 30.0  # one stand-in worker at a time, on a loaded machine
-RESTORE_TAKES = 0.2  # long enough for restores that were not queued to overlap
 SHORT_RESTORE_BUDGET = 0.5  # the budget a stuck restore gets here (seconds), made short
 
 
@@ -84,14 +83,20 @@ def test_restores_onto_warm_workers_queue_and_each_counts_as_a_save(state_dir: P
     """Three sessions resuming at once on three warm workers with one bring-up slot: their
     restores run one at a time (ten together on two cores otherwise all end late), and what a
     restore put back counts as saved, so the save after the resumed call waits its interval."""
+    routers: list[RouterThread] = []
+    started: list[bool] = []  # each restore's fresh_profile: onto a warm worker's fresh profile
     running: list[int] = [0]
     most: list[int] = [0]
 
-    async def restore(*_: Any, **__: Any) -> bool:
+    async def restore(*_: Any, fresh_profile: bool) -> bool:
+        started.append(fresh_profile)
         running[0] += 1
         most[0] = max(most[0], running[0])
         try:
-            await anyio.sleep(RESTORE_TAKES)  # stands in for the browser's work
+            # Each ends only once all three have come: the others queued for the slot, or, if
+            # restores did not queue, running beside it.
+            queue = routers[0].manager.continuity.warm_restores
+            await async_wait_for(lambda: len(started) + queue.waiting == 3)
         finally:
             running[0] -= 1
         return True
@@ -99,14 +104,19 @@ def test_restores_onto_warm_workers_queue_and_each_counts_as_a_save(state_dir: P
     monkeypatch.setattr("router.sessions.continuity.restore_browser", restore)
     settings = router_settings(state_dir, resume_reserve=3, bring_ups=1, idle_timeout=600)
     with RouterThread(settings) as router:
+        routers.append(router)
         clients = [RawClient(router.url) for _ in range(3)]
         try:
             put_to_sleep(router, clients)
-            wait_for(lambda: len(router.manager.pool.ready_ids()) == 3, timeout=3 * RESERVE_FILLED)
+            warm = wait_for(lambda: (lambda r: r if len(r) == 3 else None)(router.manager.pool.ready_ids()),
+                            timeout=3 * RESERVE_FILLED)  # fmt: skip
+            warm_pids = {router.manager.supervisor.get(w).pid for w in warm}
             resumed_after = time.monotonic()
             with ThreadPoolExecutor(len(clients)) as resumes:
                 answers = list(resumes.map(lambda c: c.text("whoami"), clients))
             assert all(NOTICE_PREFIX in text for text in answers), answers  # each was a restore
+            assert started == [True, True, True], "a restore was not onto a warm worker"
+            assert {whoami(c)["pid"] for c in clients} == warm_pids
             assert most[0] == 1
             for client in clients:
                 session = router.manager.sessions.get(client.session_id)
