@@ -25,8 +25,6 @@ import anyio
 from router.http.errors import WorkerUnreachable
 from router.http.proxy import WorkerConnection
 from router.layout import StateLayout
-from router.record.snapshots import Extracted
-from router.record.tabs_and_refs import ref_frame
 from router.sessions import statefiles
 from router.sessions.admission import Admission
 from router.sessions.bringup import BringUps
@@ -34,7 +32,7 @@ from router.sessions.control import ControlError, ControlSession
 from router.sessions.handshake import HandshakeCache
 from router.sessions.prepared_stream import HandOver, PreparedStream, hand_over, hold_for_streamless
 from router.sessions.restore import restore_browser
-from router.sessions.resume_notice import resumed_notice
+from router.sessions.resume_notice import on_tool_answer, resumed_notice
 from router.sessions.state_save import SAVE_TIMEOUT, BrowserStateSaver
 from router.sessions.table import ENDED, RECORD_STATE, Session, State
 from workers.supervisor import Supervisor, Worker
@@ -345,28 +343,8 @@ class Continuity:
         log.info("new browser session=%s browser_session=%s", session.id, browser_session)
         return browser_session
 
-    def on_tool_answer(self, session: Session, response: dict[str, Any], facts: Extracted) -> bool:
-        """Called with each tools/call answer and its summary: notes the page URL and the refs'
-        frame, and adds the resume notice to the first answer after a resume. True when
-        ``response`` was changed."""
-        result = response.get("result")
-        content = result.get("content") if isinstance(result, dict) else None
-        if not isinstance(content, list):
-            return False
-        if facts.page_url is not None:
-            session.current_url = facts.page_url
-        frame = ref_frame(facts.sections.get("Snapshot", ""))
-        if frame is None and facts.snapshot_link:  # a navigation's refs: in its snapshot file only
-            connection = session.connection
-            text = facts.snapshot_text(connection.worker.output_dir if connection is not None else None)
-            frame = ref_frame(text) if text else None
-        if frame is not None:
-            session.ref_frame = frame
-        notice, session.resumed_notice = session.resumed_notice, None
-        if notice is None:
-            return False
-        content.append({"type": "text", "text": notice})
-        return True
+    # Called with each tools/call answer and its summary (router/http/exchange.py).
+    on_tool_answer = staticmethod(on_tool_answer)
 
     # -- letting a worker go ---------------------------------------------------------------------
 
