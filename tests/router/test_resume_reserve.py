@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,18 @@ RESERVE_FILLED = 30.0  # one stand-in worker at a time, on a loaded machine
 SHORT_RESTORE_BUDGET = 0.5  # the budget a stuck restore gets here (seconds), made short
 
 
+@contextmanager
+def clients_of(router: RouterThread, count: int) -> Iterator[list[RawClient]]:
+    """``count`` clients of the router, their sessions ended (DELETE) once done."""
+    clients = [RawClient(router.url) for _ in range(count)]
+    try:
+        yield clients
+    finally:
+        for client in clients:
+            client.delete()
+            client.close()
+
+
 def put_to_sleep(router: RouterThread, clients: list[RawClient]) -> list[int]:
     """Each client's session browsed (as far as the reserve knows) and hibernated; their pids."""
     pids = []
@@ -35,42 +49,30 @@ def put_to_sleep(router: RouterThread, clients: list[RawClient]) -> list[int]:
 
 def test_the_reserve_grows_with_sleeping_sessions_up_to_its_cap(state_dir: Path) -> None:
     settings = router_settings(state_dir, resume_reserve=2, idle_timeout=600)
-    with RouterThread(settings) as router:
-        clients = [RawClient(router.url) for _ in range(3)]
-        try:
-            old_pids = put_to_sleep(router, clients)
-            warm = wait_for(lambda: (lambda r: r if len(r) == 2 else None)(router.manager.pool.ready_ids()),
-                            timeout=RESERVE_FILLED)  # fmt: skip
-            time.sleep(SETTLE)
-            assert sorted(router.manager.pool.ready_ids()) == sorted(warm)  # three asleep, cap two
-            warm_pids = {router.manager.supervisor.get(w).pid for w in warm}
+    with RouterThread(settings) as router, clients_of(router, 3) as clients:
+        old_pids = put_to_sleep(router, clients)
+        warm = wait_for(lambda: (lambda r: r if len(r) == 2 else None)(router.manager.pool.ready_ids()),
+                        timeout=RESERVE_FILLED)  # fmt: skip
+        time.sleep(SETTLE)
+        assert sorted(router.manager.pool.ready_ids()) == sorted(warm)  # three asleep, cap two
+        warm_pids = {router.manager.supervisor.get(w).pid for w in warm}
 
-            with ThreadPoolExecutor(len(clients)) as resumes:  # all three come back at once
-                pids = list(resumes.map(lambda c: whoami(c)["pid"], clients))
-            assert len(set(pids)) == 3 and not set(pids) & set(old_pids)
-            assert warm_pids <= set(pids)  # two took the reserve, one spawned in its turn
-            for client in clients:
-                assert router.manager.sessions.get(client.session_id).state is State.LIVE
-        finally:
-            for client in clients:
-                client.delete()
-                client.close()
+        with ThreadPoolExecutor(len(clients)) as resumes:  # all three come back at once
+            pids = list(resumes.map(lambda c: whoami(c)["pid"], clients))
+        assert len(set(pids)) == 3 and not set(pids) & set(old_pids)
+        assert warm_pids <= set(pids)  # two took the reserve, one spawned in its turn
+        for client in clients:
+            assert router.manager.sessions.get(client.session_id).state is State.LIVE
 
 
 def test_without_spare_memory_the_reserve_keeps_one_worker(state_dir: Path, monkeypatch: Any) -> None:
     monkeypatch.setattr("router.sessions.manager.room_for_another_warm_worker", lambda: False)
     settings = router_settings(state_dir, resume_reserve=2, idle_timeout=600)
-    with RouterThread(settings) as router:
-        clients = [RawClient(router.url) for _ in range(2)]
-        try:
-            put_to_sleep(router, clients)
-            wait_for(lambda: router.manager.pool.ready_ids(), timeout=RESERVE_FILLED)
-            time.sleep(SETTLE)
-            assert len(router.manager.pool.ready_ids()) == 1
-        finally:
-            for client in clients:
-                client.delete()
-                client.close()
+    with RouterThread(settings) as router, clients_of(router, 2) as clients:
+        put_to_sleep(router, clients)
+        wait_for(lambda: router.manager.pool.ready_ids(), timeout=RESERVE_FILLED)
+        time.sleep(SETTLE)
+        assert len(router.manager.pool.ready_ids()) == 1
 
 
 @pytest.mark.parametrize("bring_ups", [1, 3])
@@ -105,8 +107,7 @@ def test_restores_onto_warm_workers_queue_and_each_counts_as_a_save(state_dir: P
     settings = router_settings(state_dir, resume_reserve=3, bring_ups=1, idle_timeout=600)
     with RouterThread(settings) as router:
         routers.append(router)
-        clients = [RawClient(router.url) for _ in range(3)]
-        try:
+        with clients_of(router, 3) as clients:
             put_to_sleep(router, clients)
             warm = wait_for(lambda: (lambda r: r if len(r) == 3 else None)(router.manager.pool.ready_ids()),
                             timeout=3 * RESERVE_FILLED)  # fmt: skip
@@ -121,10 +122,6 @@ def test_restores_onto_warm_workers_queue_and_each_counts_as_a_save(state_dir: P
             for client in clients:
                 session = router.manager.sessions.get(client.session_id)
                 assert session.state_saved_at > resumed_after
-        finally:
-            for client in clients:
-                client.delete()
-                client.close()
 
 
 @pytest.mark.parametrize(("reserve", "fresh"), [(0, False), (1, True)], ids=["cold", "warm"])
@@ -140,17 +137,13 @@ def test_only_a_warm_workers_profile_counts_as_fresh(
         return True
 
     monkeypatch.setattr("router.sessions.continuity.restore_browser", restore)
-    with RouterThread(router_settings(state_dir, resume_reserve=reserve, idle_timeout=600)) as router:
-        client = RawClient(router.url)
-        try:
-            put_to_sleep(router, [client])
-            if reserve:
-                wait_for(router.manager.pool.ready_ids, timeout=RESERVE_FILLED)
-            assert NOTICE_PREFIX in client.text("whoami")
-            assert profiles == [fresh]
-        finally:
-            client.delete()
-            client.close()
+    settings = router_settings(state_dir, resume_reserve=reserve, idle_timeout=600)
+    with RouterThread(settings) as router, clients_of(router, 1) as [client]:
+        put_to_sleep(router, [client])
+        if reserve:
+            wait_for(router.manager.pool.ready_ids, timeout=RESERVE_FILLED)
+        assert NOTICE_PREFIX in client.text("whoami")
+        assert profiles == [fresh]
 
 
 def test_a_stuck_restore_gives_the_queue_up_after_its_budget(state_dir: Path, monkeypatch: Any) -> None:
@@ -168,21 +161,15 @@ def test_a_stuck_restore_gives_the_queue_up_after_its_budget(state_dir: Path, mo
     monkeypatch.setattr("router.sessions.continuity.restore_browser", restore)
     monkeypatch.setattr("router.sessions.continuity.RESTORE_BUDGET", SHORT_RESTORE_BUDGET)
     settings = router_settings(state_dir, resume_reserve=2, bring_ups=1, idle_timeout=600)
-    with RouterThread(settings) as router:
-        clients = [RawClient(router.url) for _ in range(2)]
-        try:
-            put_to_sleep(router, clients)
-            wait_for(lambda: len(router.manager.pool.ready_ids()) == 2, timeout=2 * RESERVE_FILLED)
-            with ThreadPoolExecutor(len(clients)) as resumes:
-                texts = list(resumes.map(lambda c: c.text("whoami"), clients))
-            answers = {c.session_id: text for c, text in zip(clients, texts, strict=True)}
-            [cut] = stuck
-            [other] = [sid for sid in answers if sid != cut]
-            assert NOTICE_PREFIX not in answers[cut] and NOTICE_PREFIX in answers[other], answers
-            assert router.manager.continuity.warm_restores.running == 0
-            for client in clients:
-                assert router.manager.sessions.get(client.session_id).state is State.LIVE
-        finally:
-            for client in clients:
-                client.delete()
-                client.close()
+    with RouterThread(settings) as router, clients_of(router, 2) as clients:
+        put_to_sleep(router, clients)
+        wait_for(lambda: len(router.manager.pool.ready_ids()) == 2, timeout=2 * RESERVE_FILLED)
+        with ThreadPoolExecutor(len(clients)) as resumes:
+            texts = list(resumes.map(lambda c: c.text("whoami"), clients))
+        answers = {c.session_id: text for c, text in zip(clients, texts, strict=True)}
+        [cut] = stuck
+        [other] = [sid for sid in answers if sid != cut]
+        assert NOTICE_PREFIX not in answers[cut] and NOTICE_PREFIX in answers[other], answers
+        assert router.manager.continuity.warm_restores.running == 0
+        for client in clients:
+            assert router.manager.sessions.get(client.session_id).state is State.LIVE

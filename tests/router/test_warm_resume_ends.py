@@ -17,7 +17,7 @@ import pytest
 from router.http.errors import WorkerUnreachable
 from router.sessions.control import ControlError, ControlSession
 from router.sessions.table import ENDED, Session, State
-from tests.router.test_resume_reserve import RESERVE_FILLED, put_to_sleep
+from tests.router.test_resume_reserve import RESERVE_FILLED, clients_of, put_to_sleep
 from tests.router.test_warm_pool import router_loop_call
 from tests.support import RawClient, RouterThread, async_wait_for, router_settings, wait_for
 from workers.orphans import processes_for
@@ -28,15 +28,13 @@ WORKER_GONE: Final = 15.0  # a stand-in worker's group ended and its exit handle
 @contextmanager
 def one_asleep_with_a_warm_worker(state_dir: Path) -> Iterator[tuple[RouterThread, RawClient, str]]:
     """A router whose one session browsed and sleeps, and the reserve's warm worker for it (its id)."""
-    with RouterThread(router_settings(state_dir, resume_reserve=1, idle_timeout=600)) as router:
-        client = RawClient(router.url)
-        try:
-            put_to_sleep(router, [client])
-            [warm] = wait_for(router.manager.pool.ready_ids, timeout=RESERVE_FILLED)
-            yield router, client, warm
-        finally:
-            client.delete()
-            client.close()
+    with (
+        RouterThread(router_settings(state_dir, resume_reserve=1, idle_timeout=600)) as router,
+        clients_of(router, 1) as [client],
+    ):
+        put_to_sleep(router, [client])
+        [warm] = wait_for(router.manager.pool.ready_ids, timeout=RESERVE_FILLED)
+        yield router, client, warm
 
 
 def assert_ended(router: RouterThread, state_dir: Path, warm: str) -> None:
