@@ -212,8 +212,9 @@ async def hand_over(
     if usable and stream is not None:
         if wait > 0 and not resuming:  # wait 0: at initialize, no stream can be open yet
             await wait_for_stream(session)
-        # Not on a resume: nothing was waited for, and a stream reopening (after a router
-        # restart) still gets its grace before one with no roots is held for the client.
+        # On a resume nothing was waited for: a client's stream reopening then (after a router
+        # restart) still gets its grace before hold_for_streamless holds one with no roots for
+        # it. At initialize (wait 0) none can open before the answer: no grace is owed there.
         waited = not resuming
         usable = await stream.hand_over_to(session, wait)
         held = stream if usable else None
