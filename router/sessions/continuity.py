@@ -25,8 +25,6 @@ import anyio
 from router.http.errors import WorkerUnreachable
 from router.http.proxy import WorkerConnection
 from router.layout import StateLayout
-from router.record.snapshots import Extracted
-from router.record.tabs_and_refs import ref_frame
 from router.sessions import statefiles
 from router.sessions.admission import Admission
 from router.sessions.bringup import BringUps
@@ -34,7 +32,7 @@ from router.sessions.control import ControlError, ControlSession
 from router.sessions.handshake import HandshakeCache
 from router.sessions.prepared_stream import HandOver, PreparedStream, hand_over, hold_for_streamless
 from router.sessions.restore import restore_browser
-from router.sessions.resume_notice import resumed_notice
+from router.sessions.resume_notice import on_tool_answer, resumed_notice
 from router.sessions.state_save import SAVE_TIMEOUT, BrowserStateSaver
 from router.sessions.table import ENDED, RECORD_STATE, Session, State
 from workers.supervisor import Supervisor, Worker
@@ -48,6 +46,10 @@ log = logging.getLogger("mcp_router.continuity")
 # The client's answer to the roots/list the router asks when its GET stream opens (roots.py),
 # awaited at most this long before a warm worker's prepared session is given up.
 ROOTS_WAIT: Final = 1.0
+# A restore holds a bring-up slot (``warm_restores``, or the caller's for a spawn): one stuck on
+# pages that never load is given up after this, the session carrying on with what it got, so
+# the queue behind it moves on. One takes ~0.5-2 s; each of its control calls is bounded at 30 s.
+RESTORE_BUDGET: Final = 30.0
 
 
 class Continuity:
@@ -114,10 +116,14 @@ class Continuity:
             taken = HandOver(None, None, False)
             if prepared is not None:
                 wait = self.roots_wait if roots_wait is None else roots_wait
-                taken = await hand_over(
-                    session, prepared, prepared_stream, wait=wait, resuming=reason is not None,
-                    start_soon=self.start_soon,
-                )  # fmt: skip
+                try:
+                    taken = await hand_over(
+                        session, prepared, prepared_stream, wait=wait, resuming=reason is not None,
+                        start_soon=self.start_soon,
+                    )  # fmt: skip
+                except BaseException:  # cancelled: the worker taken from the pool is nobody's
+                    await self._let_go(session, worker, connection, prepared_stream)
+                    raise
             return await self._attach(
                 session, worker, control, connection, taken.prepared, reason, time.monotonic(), taken.held,
                 taken.waited,
@@ -177,12 +183,17 @@ class Continuity:
             if session.browser_used:
                 try:
                     async with self.warm_restores.slot() if warm else contextlib.nullcontext():
-                        restored = await restore_browser(
-                            self.layout.session_dir(session.id), control, worker.output_dir
-                        )
+                        with anyio.move_on_after(RESTORE_BUDGET) as budget:
+                            restored = await restore_browser(
+                                self.layout.session_dir(session.id), control, worker.output_dir, fresh_profile=warm
+                            )
+                    if budget.cancelled_caught:
+                        log.warning("state restore given up after %.0f s session=%s", RESTORE_BUDGET, session.id)
                 except ControlError as exc:  # a page without its cookies beats no page at all
                     log.warning("state restore failed session=%s: %s", session.id, exc)
 
+        # Until _bind the worker is the session's in no one's eyes but this call's: whatever ends
+        # it early (a failure, a cancellation, the session ending meanwhile) must end the worker.
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(replay_handshake)
@@ -190,25 +201,25 @@ class Continuity:
             if failures:
                 raise failures[0]
             self._learn_handshake(session, replay, control)
+            if session.state not in ENDED:
+                session.worker_has_roots = held is not None
+                if held is None:
+                    held = await hold_for_streamless(
+                        session, replay, waited=stream_waited, start_soon=self.start_soon
+                    )
         except ControlError as exc:
-            if held is not None:
-                await held.close()
-            await connection.aclose()
-            self.admission.release(worker.session_id)
-            await self.supervisor.stop(worker.session_id)
+            await self._let_go(session, worker, connection, held)
             session.crashed_at = time.monotonic()
             raise WorkerUnreachable(
                 f"Could not start the session's browser worker: {exc}",
                 data={"session": session.id, "stderr": worker.stderr_tail()},
             ) from None
+        except BaseException:
+            await self._let_go(session, worker, connection, held)
+            raise
         if session.state in ENDED:  # ended (DELETE, --end) while the worker was coming up
-            if held is not None:
-                await held.close()
-            await connection.aclose()
+            await self._let_go(session, worker, connection, held)
             return replay.initialize_result
-        session.worker_has_roots = held is not None
-        if held is None:
-            held = await hold_for_streamless(session, replay, waited=stream_waited, start_soon=self.start_soon)
         if held is not None:  # taken by the client's stream, which _bind wakes
             self._drop_held(session)
             session.adopted_stream = (connection, held)
@@ -231,6 +242,21 @@ class Continuity:
             (done - restore_started) * 1000,
         )  # fmt: skip
         return replay.initialize_result
+
+    async def _let_go(
+        self, session: Session, worker: Worker, connection: WorkerConnection | None, held: PreparedStream | None
+    ) -> None:
+        """Ends a worker brought up for ``session`` that the session does not get: its held
+        stream and connection closed, its process ended (a warm one's directory with it), its
+        slot freed last (nobody can take it while the process still runs). Shielded: it runs
+        on a cancellation too."""
+        with anyio.CancelScope(shield=True):
+            if held is not None:
+                await held.close()
+            if connection is not None:
+                await connection.aclose()
+            await self.end_worker(session, worker)
+        self.admission.release(worker.session_id)
 
     def _drop_held(self, session: Session) -> None:
         """Closes a held stream of the session's worker nobody will relay any more."""
@@ -317,28 +343,8 @@ class Continuity:
         log.info("new browser session=%s browser_session=%s", session.id, browser_session)
         return browser_session
 
-    def on_tool_answer(self, session: Session, response: dict[str, Any], facts: Extracted) -> bool:
-        """Called with each tools/call answer and its summary: notes the page URL and the refs'
-        frame, and adds the resume notice to the first answer after a resume. True when
-        ``response`` was changed."""
-        result = response.get("result")
-        content = result.get("content") if isinstance(result, dict) else None
-        if not isinstance(content, list):
-            return False
-        if facts.page_url is not None:
-            session.current_url = facts.page_url
-        frame = ref_frame(facts.sections.get("Snapshot", ""))
-        if frame is None and facts.snapshot_link:  # a navigation's refs: in its snapshot file only
-            connection = session.connection
-            text = facts.snapshot_text(connection.worker.output_dir if connection is not None else None)
-            frame = ref_frame(text) if text else None
-        if frame is not None:
-            session.ref_frame = frame
-        notice, session.resumed_notice = session.resumed_notice, None
-        if notice is None:
-            return False
-        content.append({"type": "text", "text": notice})
-        return True
+    # Called with each tools/call answer and its summary (router/http/exchange.py).
+    on_tool_answer = staticmethod(on_tool_answer)
 
     # -- letting a worker go ---------------------------------------------------------------------
 

@@ -190,7 +190,7 @@ async def close_prepared(client: ControlSession | None, stream: PreparedStream |
 class HandOver:
     prepared: ControlSession | None  # the client's own session on the warm worker; None: replay
     held: PreparedStream | None  # its GET stream, the client's from now on
-    waited: bool  # the client's GET stream was given its chance to open
+    waited: bool  # the client's GET stream was given its chance to open (or could not open yet)
 
 
 async def hand_over(
@@ -212,7 +212,10 @@ async def hand_over(
     if usable and stream is not None:
         if wait > 0 and not resuming:  # wait 0: at initialize, no stream can be open yet
             await wait_for_stream(session)
-        waited = True
+        # On a resume nothing was waited for: a client's stream reopening then (after a router
+        # restart) still gets its grace before hold_for_streamless holds one with no roots for
+        # it. At initialize (wait 0) none can open before the answer: no grace is owed there.
+        waited = not resuming
         usable = await stream.hand_over_to(session, wait)
         held = stream if usable else None
     elif stream is not None:

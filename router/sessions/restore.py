@@ -23,9 +23,14 @@ MAX_RESTORED_TABS: Final = 10  # a runaway page opening tabs must not make every
 MAX_REF_FRAME: Final = 8  # past this many documents in a tab, refs are re-taken, not reproduced
 
 
-async def restore_browser(session_dir: Path, control: ControlSession, output_dir: Path) -> bool:
+async def restore_browser(session_dir: Path, control: ControlSession, output_dir: Path, *, fresh_profile: bool) -> bool:
     """Cookies, storage and tabs back through the control session, then the current tab's
-    snapshot re-taken so refs resolve. False when nothing was saved."""
+    snapshot re-taken so refs resolve. False when nothing was saved.
+
+    ``fresh_profile``: the browser started on an empty profile (a warm worker's), so nothing
+    saved needs no ``browser_set_storage_state``. On the session's own profile (a spawn of its
+    own) the call still runs: it clears what the profile kept and the save did not (cookies
+    set after the last save), so the browser holds what was saved and no more."""
     state = statefiles.read_state(session_dir)
     if state is None:
         return False
@@ -44,7 +49,7 @@ async def restore_browser(session_dir: Path, control: ControlSession, output_dir
     if isinstance(storage, dict):
         origins = storage.get("origins")
         split = split_origins(origins if isinstance(origins, list) else [], current, reloads if first_is_current else 0)
-        if sets_anything(storage, split.elsewhere):
+        if not fresh_profile or sets_anything(storage, split.elsewhere):
             await _set_storage_state(control, output_dir, {**storage, "origins": split.elsewhere})
         if split.in_tab:
             done = await restore_in_tab(control, split.in_tab)

@@ -1,10 +1,13 @@
-"""Why a session took a new worker up, and the notice its next tool answer carries about it."""
+"""Why a session took a new worker up, and the notice its next tool answer carries about it; and
+what each tool answer tells the next resume (the page, the refs' frame)."""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
-from router.sessions.table import State
+from router.record.snapshots import Extracted
+from router.record.tabs_and_refs import ref_frame
+from router.sessions.table import Session, State
 
 # Why a session took a new worker up, as the notice, the record and the dashboard name it.
 RESUME_REASONS: Final = {
@@ -32,3 +35,27 @@ def resumed_notice(reason: str) -> str:
         "cookies, storage and tabs are back and the page was reloaded, so element refs from before "
         "refer to the reloaded page (they resolve where it is unchanged)."
     )
+
+
+def on_tool_answer(session: Session, response: dict[str, Any], facts: Extracted) -> bool:
+    """Called with each tools/call answer and its summary: notes the page URL and the refs'
+    frame, and adds the resume notice to the first answer after a resume. True when
+    ``response`` was changed."""
+    result = response.get("result")
+    content = result.get("content") if isinstance(result, dict) else None
+    if not isinstance(content, list):
+        return False
+    if facts.page_url is not None:
+        session.current_url = facts.page_url
+    frame = ref_frame(facts.sections.get("Snapshot", ""))
+    if frame is None and facts.snapshot_link:  # a navigation's refs: in its snapshot file only
+        connection = session.connection
+        text = facts.snapshot_text(connection.worker.output_dir if connection is not None else None)
+        frame = ref_frame(text) if text else None
+    if frame is not None:
+        session.ref_frame = frame
+    notice, session.resumed_notice = session.resumed_notice, None
+    if notice is None:
+        return False
+    content.append({"type": "text", "text": notice})
+    return True

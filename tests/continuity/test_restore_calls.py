@@ -25,16 +25,25 @@ class RecordingControl:
         return ""
 
 
-async def restore(tmp_path: Path, storage: dict[str, Any]) -> list[str]:
+async def restore(tmp_path: Path, storage: dict[str, Any], *, fresh_profile: bool = True) -> list[str]:
     session_dir = tmp_path / "session"
     statefiles.write_state(session_dir, {"tabs": [PAGE], "current": PAGE, "ref_frame": 0, "storage": storage})
     control = RecordingControl()
-    assert await restore_browser(session_dir, cast(ControlSession, control), tmp_path / "output")
+    output = tmp_path / "output"
+    assert await restore_browser(session_dir, cast(ControlSession, control), output, fresh_profile=fresh_profile)
     return [name for name, _ in control.calls]
 
 
 async def test_nothing_saved_loads_the_page_without_a_storage_call(tmp_path: Path) -> None:
+    """A warm worker's browser started on an empty profile: there is nothing to clear."""
     assert await restore(tmp_path, {"cookies": [], "origins": []}) == ["browser_navigate"]
+
+
+async def test_nothing_saved_still_clears_the_sessions_own_profile(tmp_path: Path) -> None:
+    """A worker spawned on the session's own profile may hold cookies the saved state does not
+    (set after the last save): the storage call clears them, so the state is what was saved."""
+    calls = await restore(tmp_path, {"cookies": [], "origins": []}, fresh_profile=False)
+    assert calls == ["browser_set_storage_state", "browser_navigate"]
 
 
 async def test_a_cookie_still_goes_in_before_the_page(tmp_path: Path) -> None:

@@ -6,14 +6,20 @@ that declares roots and opens no GET stream is not kept waiting for roots nobody
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 import pytest
 
+from router.sessions import prepared_stream
 from router.sessions.roots import ROOTS_METHOD, ROUTER_ID_PREFIX
+from router.sessions.table import Session
 from tests.e2e.claude_code import ClaudeCodeClient
+from tests.router.test_session_stream import HeldStream
+from tests.router.test_warm_pool import router_loop_call
 from tests.support import RawClient, RouterThread, messages_of, playwright_router, text_of, wait_for
 
 ROOTS_WITHIN: Final = 10.0  # the router asks as soon as the client's GET stream opens
@@ -25,6 +31,8 @@ LONG_ROOTS_WAIT: Final = 30.0
 # Without a GET stream @playwright/mcp waits 5 s for one, asks roots/list into nothing and waits
 # 60 s for the answer; a warm worker answers a first navigation in well under a second.
 PROMPTLY: Final = 10.0
+# The grace a client's GET stream gets to open, made long: the test opens it once the router waits.
+LONG_STREAM_GRACE: Final = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +108,44 @@ def test_a_roots_client_without_a_get_stream_is_answered_at_once(warm_router: Ro
         assert not asked, f"the worker asked a client that has no GET stream: {asked}"
         assert "Second" in text_of(messages_of(response)[-1])
         assert session.worker_session_id == worker_session
+
+
+def test_a_resume_gives_a_reopening_get_stream_its_grace(
+    warm_router: RouterThread, pages: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conversation in Claude Code's shape comes back (after a hibernation) while its GET
+    stream is away, reopening (as after a router restart). The warm worker's prepared session
+    is not its (no stream to hand it over on), so the handshake is replayed, and the client's
+    stream is given its grace before the router holds one with no roots for it: the worker's
+    roots/list reaches the client, which answers with its own roots."""
+    router = warm_router
+    params = teach(router, pages)
+    with RawClient(router.url) as raw:
+        response = raw.post({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params})
+        assert response.status_code == 200, response.text
+        raw.session_id = response.headers["mcp-session-id"]
+        assert raw.post({"jsonrpc": "2.0", "method": "notifications/initialized"}).status_code == 202
+        assert "- Page Title: Second" in text_of(raw.call("browser_navigate", url=f"{pages}/second"))
+        session: Session | None = router.manager.sessions.get(raw.session_id)
+        assert session is not None
+        router_loop_call(router, router.manager.hibernate(session))
+        wait_for(router.manager.pool.warmed_sessions, timeout=WARMED_WITHIN)
+
+        waiting = threading.Event()
+        grace = prepared_stream.wait_for_stream
+
+        async def spied(waited_for: Session) -> bool:
+            waiting.set()
+            return await grace(waited_for)
+
+        monkeypatch.setattr(prepared_stream, "STREAM_GRACE", LONG_STREAM_GRACE)
+        monkeypatch.setattr(prepared_stream, "wait_for_stream", spied)
+        with ThreadPoolExecutor(1) as resume:
+            answer = resume.submit(raw.call, "browser_snapshot")
+            wait_for(lambda: waiting.is_set() or answer.done(), timeout=CALL_LIMIT)
+            stream = HeldStream(raw.url, raw.session_id, "cc").start()  # the client's, reopened
+            assert "Second" in text_of(answer.result(timeout=CALL_LIMIT))
+        assert stream.asked, "the worker's roots/list was answered for the client, with no roots"
+        wait_for(lambda: stream.answer_statuses == [202] * len(stream.asked), timeout=ROOTS_WITHIN)
+        assert raw.delete().status_code == 200
+        stream.join()

@@ -15,7 +15,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from router.sessions.control import ControlError, ControlSession
-from router.sessions.prepared_stream import PreparedStream
+from router.sessions.prepared_stream import PreparedStream, hand_over
 from router.sessions.roots import ROOTS_METHOD, ClientRoots
 from router.sessions.table import Session
 from tests.support import async_wait_for
@@ -283,3 +283,30 @@ async def test_handed_over_it_answers_on_until_the_clients_stream_takes_it(
     assert adopted is not None
     relayed = adopted.rest + b"".join([chunk async for chunk in adopted.upstream.aiter_raw()])
     assert relayed == after
+
+
+class Prepared:
+    """A warm worker's prepared session opened in the client's shape."""
+
+    def __init__(self, opened_with: dict[str, Any]) -> None:
+        self.opened_with = opened_with
+        self.session_id = "prepared"
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_a_resume_leaves_the_wait_for_a_stream_not_open_yet_to_what_follows() -> None:
+    """On a resume the hand-over does not wait for the client's GET stream (after a pause it is
+    open or not). When it is not, nothing was waited for: the stream held for the client next
+    (hold_for_streamless) must still give it ``STREAM_GRACE``, or the worker's roots/list is
+    answered with no roots just before the client's stream, reopening, would have taken it."""
+    session = Session("client", initialize_params=CC_PARAMS)
+    stream = PreparedStream(cast(ControlSession, object()), ROOTS)
+    with anyio.fail_after(1.0):
+        taken = await hand_over(
+            session, cast(ControlSession, Prepared(CC_PARAMS)), stream, wait=1.0, resuming=True,
+            start_soon=lambda job: None,
+        )  # fmt: skip
+    assert taken.prepared is None and taken.held is None
+    assert not taken.waited, "said to have waited for the client's stream, which it did not"
