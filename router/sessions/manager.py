@@ -31,7 +31,7 @@ from router.http.messages import ClientMessage
 from router.layout import StateLayout
 from router.sessions import statefiles
 from router.sessions.admission import Admission, RateLimit
-from router.sessions.bringup import BringUps, default_bring_ups, room_for_another_warm_worker
+from router.sessions.bringup import BringUps, default_bring_ups, memory_below_floor, room_for_another_warm_worker
 from router.sessions.continuity import Continuity
 from router.sessions.handshake import HandshakeCache, probe
 from router.sessions.nodes import check_owner
@@ -119,6 +119,7 @@ class SessionManager:
             extra_demand=self._reserve_demand,
             bring_ups=self.bring_ups,
             spare_memory=room_for_another_warm_worker,
+            memory_short=memory_below_floor,
         )
         self.upkeep = Upkeep(
             sessions=self.sessions,

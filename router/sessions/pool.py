@@ -68,13 +68,14 @@ class WarmPool:
         extra_demand: Callable[[], int] = lambda: 0,
         bring_ups: BringUps | None = None,
         spare_memory: Callable[[], bool] = lambda: True,
+        memory_short: Callable[[], bool] = lambda: False,
     ) -> None:
         """``size`` workers always (``--warm-workers``); ``extra_demand()`` more while it asks
         for them (the resume reserve: a dormant session will want one soon). Each fill waits
         its turn in ``bring_ups`` with the sessions' own spawns: a refill never makes a burst
         of resumes run more bring-ups at once than there are cores. Past ``size`` and the reserve's
         first worker, a fill also needs ``spare_memory()``: the reserve grows with the sessions
-        that went to sleep, never into swap."""
+        that went to sleep, never into swap; while ``memory_short()``, it shrinks back to them."""
         self.admission = admission
         self.bring_ups = bring_ups or BringUps(default_bring_ups())
         self.supervisor = supervisor
@@ -82,6 +83,7 @@ class WarmPool:
         self.size = max(0, size)
         self.extra_demand = extra_demand
         self.spare_memory = spare_memory
+        self.memory_short = memory_short
         self._entries: dict[str, Pooled] = {}  # filling and ready, in the order they were started
         self._changed = anyio.Event()
         self._became_ready = anyio.Event()  # set (and replaced) each time a worker is ready
@@ -238,12 +240,17 @@ class WarmPool:
         return self.size + max(0, self.extra_demand())
 
     async def _trim(self) -> None:
-        """Ends a ready worker nobody is expected to want any more (the reserve's demand went)."""
+        """Ends a ready worker nobody is expected to want any more (the reserve's demand went),
+        or one the reserve grew by while memory was spare once it no longer is."""
         ready = [e for e in self._entries.values() if e.ready]
-        if len(self._entries) > self.target() and ready:
+        if not ready:
+            return
+        unwanted = len(self._entries) > self.target()
+        if unwanted or (len(self._entries) > self.size + 1 and self.memory_short()):
             entry = ready[-1]
             self._entries.pop(entry.id, None)
-            log.info("ending a warm worker no longer wanted id=%s", entry.id)
+            why = "no longer wanted" if unwanted else "memory is short"
+            log.info("ending a warm worker (%s) id=%s", why, entry.id)
             await self._discard(entry)
 
     async def close(self) -> None:
@@ -278,7 +285,7 @@ class WarmPool:
                 # Only a free slot: a pooled worker never makes a session sleep.
                 if not self.admission.try_admit(entry.id):
                     return
-                async with self.bring_ups.slot():
+                async with self.bring_ups.slot(urgent=False):
                     entry.started = True
                     started = time.monotonic()
                     entry.worker = await self.admission.spawn(entry.id, admitted=True)

@@ -75,6 +75,22 @@ def test_without_spare_memory_the_reserve_keeps_one_worker(state_dir: Path, monk
         assert len(router.manager.pool.ready_ids()) == 1
 
 
+def test_when_memory_runs_short_the_reserve_gives_back_what_it_grew_by(state_dir: Path, monkeypatch: Any) -> None:
+    short = [False]
+    monkeypatch.setattr("router.sessions.manager.memory_below_floor", lambda: short[0])
+    monkeypatch.setattr("router.sessions.manager.room_for_another_warm_worker", lambda: not short[0])
+    settings = router_settings(state_dir, resume_reserve=3, idle_timeout=600)
+    with RouterThread(settings) as router, clients_of(router, 3) as clients:
+        put_to_sleep(router, clients)
+        pool = router.manager.pool
+        wait_for(lambda: len(pool.ready_ids()) == 3, timeout=RESERVE_FILLED)
+        short[0] = True  # browsing sessions grew: the reserve's extra workers go, its first stays
+        wait_for(lambda: len(pool.ready_ids()) == 1 and router.manager.supervisor.live_count == 1,
+                 timeout=RESERVE_FILLED)  # fmt: skip
+        time.sleep(SETTLE)
+        assert len(pool.ready_ids()) == 1  # and it does not refill while memory stays short
+
+
 @pytest.mark.parametrize("bring_ups", [1, 3])
 def test_bring_ups_setting_reaches_the_queue(state_dir: Path, bring_ups: int) -> None:
     with RouterThread(router_settings(state_dir, bring_ups=bring_ups)) as router:
