@@ -52,15 +52,13 @@ class BatchWriter:
 
     def begin_now(self, conn: sqlite3.Connection) -> bool:
         """Opens a write transaction without waiting (for ``write(begun=True)`` on the event
-        loop): False when another connection holds the write lock (a reader's cursor write,
-        another process), which the writer thread may wait for but the loop must not."""
-        conn.execute("PRAGMA busy_timeout = 0")
+        loop; the connection's busy_timeout is 0 there, see writer_thread.py): False when another
+        connection holds the write lock (a reader's cursor write, another process), which the
+        writer thread may wait for but the loop must not."""
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError:
             return False
-        finally:
-            conn.execute(f"PRAGMA busy_timeout = {schema.BUSY_TIMEOUT_MS}")
         return True
 
     def write(
@@ -172,6 +170,8 @@ class BatchWriter:
         self.last_failed = failed
 
     def _flush_failures(self, conn: sqlite3.Connection) -> None:
+        if not self._pending_failures:
+            return
         conn.executemany(
             "INSERT INTO recorder_failures (ts, what, error) VALUES (?, ?, ?)", list(self._pending_failures)
         )

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from router.layout import StateLayout
+from router.record import schema
 from router.record.batches import CHECKPOINT_EVERY
 from router.record.recorder import Recorder
 from router.record.snapshots import summarize
@@ -161,3 +162,27 @@ async def test_a_commit_on_the_loop_right_after_a_thread_batch_keeps_the_flush_p
         assert session["id"] == "s"
         rows = sqlite3.connect(db).execute("SELECT count(*) FROM responses").fetchone()
         assert rows == (6,)
+
+
+async def test_an_answers_commit_on_the_loop_runs_no_pragma(tmp_path: Path) -> None:
+    """The loop's commit is on every tool answer's path: its connection's settings (a busy_timeout
+    of 0 for the loop, which must not wait) are set once, not around each commit. The writer
+    thread's jobs still wait for another writer (see the first test)."""
+    rec = Recorder(tmp_path / "router.db")
+    async with rec.run():
+        rec.session_opened("s", client_info={}, protocol_version=None, port=1, pid=1)
+        await rec.flush()
+        conn = await rec.call_in_writer(lambda c: c)
+        statements: list[str] = []
+        conn.set_trace_callback(statements.append)
+        try:
+            for i in range(3):
+                _call(rec, f"r{i}")
+                assert await rec.flush_rows()
+        finally:
+            conn.set_trace_callback(None)
+        assert statements, "nothing was committed on the loop"
+        assert not [s for s in statements if s.upper().startswith("PRAGMA")], statements
+        assert await rec.call_in_writer(lambda c: c.execute("PRAGMA busy_timeout").fetchone()[0]) == (
+            schema.BUSY_TIMEOUT_MS
+        )
