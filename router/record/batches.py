@@ -90,14 +90,14 @@ class BatchWriter:
         except sqlite3.OperationalError as exc:
             # Disk full, read-only, locked past busy_timeout: retrying row by row would fail the
             # same way, so the whole batch is counted once.
-            rollback(conn)
+            self._rollback(conn)
             self.failures += len(items)
             self.note_failure(f"batch of {len(items)}", repr(exc))
             log.error("recorder: batch of %d not written: %s", len(items), exc)
             self._batch_done(failed=True)
             return [item.seq for item in batch]
         except Exception:
-            rollback(conn)
+            self._rollback(conn)
         # Some row is bad (duplicate ref_id, bad status...): isolate it, keep the others.
         for item in items:
             try:
@@ -108,7 +108,7 @@ class BatchWriter:
                 if job is not None:
                     self._enrichments.append(job)
             except Exception as exc:
-                rollback(conn)
+                self._rollback(conn)
                 self.failures += 1
                 lost.append(item.seq)
                 self.note_failure(f"{item.kind} {item.key}", repr(exc))
@@ -162,6 +162,10 @@ class BatchWriter:
     def _commit(self, conn: sqlite3.Connection) -> None:
         conn.execute("COMMIT")
         self._commits += 1
+
+    def _rollback(self, conn: sqlite3.Connection) -> None:
+        rollback(conn)
+        self.rows.forget_activity()
 
     def _batch_done(self, *, failed: bool) -> None:
         # Written on the writer thread, read by the loop: plain int/bool stores, no torn values.

@@ -133,8 +133,9 @@ class Recorder:
         self, ref_id: str, session_id: str, method: str, tool: str | None, params: Any,
         *, size: int | None = None,
     ) -> None:
-        """Every client->worker request. Also bumps the session's last_activity. ``size``: the
-        request's length on the wire when the caller knows it (spares measuring ``params``)."""
+        """Every client->worker request. Also moves the session's last_activity (at most once a
+        second, rows.ACTIVITY_EVERY_S). ``size``: the request's length on the wire when the
+        caller knows it (spares measuring ``params``)."""
         held = approx_size(params) if size is None else size
         self._put("request", ref_id, (session_id, method, tool, params), held + len(method) + len(tool or ""))
 
