@@ -64,10 +64,14 @@ SHUTDOWN_DRAIN_S: Final = 10.0
 # are queued (one call's request and answer, a session event or two).
 INLINE_MAX: Final = 8
 ENRICH_MAX: Final = 64
-# A quiet writer waits this long after the first item before it writes, so a call's request and
-# answer go in one batch (committed by flush_rows on the loop) rather than a thread hop each.
-# Nobody waits on it: whoever needs rows on disk flushes, which wakes the writer at once.
-WRITE_DELAY_S: Final = 0.02
+# A quiet writer waits this long after the first item before it writes, so that a call's request
+# and answer go in one commit (made by flush_rows on the loop) rather than two. It is also how long
+# a call's request may stay off disk: a router killed meanwhile loses the requests of its last
+# second, none of them answered, while a call that hangs is on disk a second after it began.
+# One second covers a click (~0.55 s, the worker waits for the page to settle) and most
+# navigations; at 20 ms each of them cost a commit of its own on the writer thread (~0.6 ms of
+# CPU with the hop). Nobody waits on it: whoever needs rows on disk flushes, which writes at once.
+WRITE_DELAY_S: Final = 1.0
 
 
 class Recorder:
@@ -266,7 +270,7 @@ class Recorder:
             if not self.writer_alive:
                 return False
             start = self._done
-            if self._thread.idle and not self._batch_out and len(self._queue) <= INLINE_MAX:
+            if self._may_commit_inline:
                 lost = self._write_inline()
                 ok = not any(start < seq <= target for seq in lost)
             if self._done < target:
@@ -290,8 +294,17 @@ class Recorder:
             self._wake_timer = asyncio.get_running_loop().call_later(WRITE_DELAY_S, self._timer_wake)
 
     def _timer_wake(self) -> None:
+        """A call slower than WRITE_DELAY_S: its request is written now, on the loop while the
+        writer thread is idle (a hop to it costs more than the commit), else by the thread."""
         self._wake_timer = None
-        self._wake.set()
+        if self.writer_alive and self._may_commit_inline:
+            self._write_inline()
+        if self._queue:
+            self._wake.set()
+
+    @property
+    def _may_commit_inline(self) -> bool:
+        return self._thread.idle and not self._batch_out and len(self._queue) <= INLINE_MAX
 
     def _write_inline(self) -> Sequence[int]:
         """The queue's batch, committed on the loop (the writer thread is idle and stays so);
