@@ -10,8 +10,8 @@ hop per statement). Reading the worker's linked snapshot/console files and keepi
 happen on that thread too, after the batch's commit (``Enrichment``).
 
 Durability: WAL + synchronous=NORMAL, commit after every batch. A committed batch survives SIGKILL
-of the router. The writer wakes as soon as something is enqueued, so a row is on disk a few ms
-after the call; a caller that must not answer before the row is durable awaits ``flush()``, which
+of the router. A row is on disk at most WRITE_DELAY_S after it was enqueued (sooner when the
+queue grows); a caller that must not answer before the row is durable awaits ``flush()``, which
 says whether everything it waited for was committed (a failed batch or a drop makes it False).
 That wait is on every tool answer's path, so when the writer thread is idle and little is queued,
 ``flush()`` commits on the event loop itself: a few inserts and a WAL append, no thread hops.
@@ -64,13 +64,11 @@ SHUTDOWN_DRAIN_S: Final = 10.0
 # are queued (one call's request and answer, a session event or two).
 INLINE_MAX: Final = 8
 ENRICH_MAX: Final = 64
-# A quiet writer waits this long after the first item before it writes, so that a call's request
-# and answer go in one commit (made by flush_rows on the loop) rather than two. It is also how long
-# a call's request may stay off disk: a router killed meanwhile loses the requests of its last
-# second, none of them answered, while a call that hangs is on disk a second after it began.
-# One second covers a click (~0.55 s, the worker waits for the page to settle) and most
-# navigations; at 20 ms each of them cost a commit of its own on the writer thread (~0.6 ms of
-# CPU with the hop). Nobody waits on it: whoever needs rows on disk flushes, which writes at once.
+# A quiet writer waits this long after the first item, so that a call's request and answer go in
+# the one commit its answer makes, a click's (~0.55 s) too; at 20 ms such a call's request went
+# alone through a hop to the thread (~0.6 ms of CPU). It bounds what a killed router loses: the
+# requests of its last second, none answered (a call that hangs is on disk after a second).
+# Nobody waits on it: whoever needs rows on disk flushes, which writes at once.
 WRITE_DELAY_S: Final = 1.0
 
 
