@@ -336,7 +336,8 @@ def last_rowid_before(conn: sqlite3.Connection, table: str, cutoff: float) -> in
     its enqueue time, and items are written in that order), so the rows older than a cutoff are
     the first ones. After a step back of the wall clock the search may stop short of some old
     rows; a later prune takes them."""
-    lo, hi = conn.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
+    # Two subqueries: min() and max() together would scan the table instead of reading its ends.
+    lo, hi = conn.execute(f"SELECT (SELECT min(rowid) FROM {table}), (SELECT max(rowid) FROM {table})").fetchone()
     found: int | None = None
     while lo is not None and lo <= hi:
         mid = (lo + hi) // 2
