@@ -52,15 +52,13 @@ class BatchWriter:
 
     def begin_now(self, conn: sqlite3.Connection) -> bool:
         """Opens a write transaction without waiting (for ``write(begun=True)`` on the event
-        loop): False when another connection holds the write lock (a reader's cursor write,
-        another process), which the writer thread may wait for but the loop must not."""
-        conn.execute("PRAGMA busy_timeout = 0")
+        loop; the connection's busy_timeout is 0 there, see writer_thread.py): False when another
+        connection holds the write lock (a reader's cursor write, another process), which the
+        writer thread may wait for but the loop must not."""
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError:
             return False
-        finally:
-            conn.execute(f"PRAGMA busy_timeout = {schema.BUSY_TIMEOUT_MS}")
         return True
 
     def write(
@@ -92,14 +90,14 @@ class BatchWriter:
         except sqlite3.OperationalError as exc:
             # Disk full, read-only, locked past busy_timeout: retrying row by row would fail the
             # same way, so the whole batch is counted once.
-            rollback(conn)
+            self._rollback(conn)
             self.failures += len(items)
             self.note_failure(f"batch of {len(items)}", repr(exc))
             log.error("recorder: batch of %d not written: %s", len(items), exc)
             self._batch_done(failed=True)
             return [item.seq for item in batch]
         except Exception:
-            rollback(conn)
+            self._rollback(conn)
         # Some row is bad (duplicate ref_id, bad status...): isolate it, keep the others.
         for item in items:
             try:
@@ -110,7 +108,7 @@ class BatchWriter:
                 if job is not None:
                     self._enrichments.append(job)
             except Exception as exc:
-                rollback(conn)
+                self._rollback(conn)
                 self.failures += 1
                 lost.append(item.seq)
                 self.note_failure(f"{item.kind} {item.key}", repr(exc))
@@ -165,6 +163,10 @@ class BatchWriter:
         conn.execute("COMMIT")
         self._commits += 1
 
+    def _rollback(self, conn: sqlite3.Connection) -> None:
+        rollback(conn)
+        self.rows.forget_activity()
+
     def _batch_done(self, *, failed: bool) -> None:
         # Written on the writer thread, read by the loop: plain int/bool stores, no torn values.
         if failed:
@@ -172,6 +174,8 @@ class BatchWriter:
         self.last_failed = failed
 
     def _flush_failures(self, conn: sqlite3.Connection) -> None:
+        if not self._pending_failures:
+            return
         conn.executemany(
             "INSERT INTO recorder_failures (ts, what, error) VALUES (?, ?, ?)", list(self._pending_failures)
         )

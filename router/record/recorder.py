@@ -10,8 +10,8 @@ hop per statement). Reading the worker's linked snapshot/console files and keepi
 happen on that thread too, after the batch's commit (``Enrichment``).
 
 Durability: WAL + synchronous=NORMAL, commit after every batch. A committed batch survives SIGKILL
-of the router. The writer wakes as soon as something is enqueued, so a row is on disk a few ms
-after the call; a caller that must not answer before the row is durable awaits ``flush()``, which
+of the router. A row is on disk at most WRITE_DELAY_S after it was enqueued (sooner when the
+queue grows); a caller that must not answer before the row is durable awaits ``flush()``, which
 says whether everything it waited for was committed (a failed batch or a drop makes it False).
 That wait is on every tool answer's path, so when the writer thread is idle and little is queued,
 ``flush()`` commits on the event loop itself: a few inserts and a WAL append, no thread hops.
@@ -64,10 +64,12 @@ SHUTDOWN_DRAIN_S: Final = 10.0
 # are queued (one call's request and answer, a session event or two).
 INLINE_MAX: Final = 8
 ENRICH_MAX: Final = 64
-# A quiet writer waits this long after the first item before it writes, so a call's request and
-# answer go in one batch (committed by flush_rows on the loop) rather than a thread hop each.
-# Nobody waits on it: whoever needs rows on disk flushes, which wakes the writer at once.
-WRITE_DELAY_S: Final = 0.02
+# A quiet writer waits this long after the first item, so that a call's request and answer go in
+# the one commit its answer makes, a click's (~0.55 s) too; at 20 ms such a call's request went
+# alone through a hop to the thread (~0.6 ms of CPU). It bounds what a killed router loses: the
+# requests of its last second, none answered (a call that hangs is on disk after a second).
+# Nobody waits on it: whoever needs rows on disk flushes, which writes at once.
+WRITE_DELAY_S: Final = 1.0
 
 
 class Recorder:
@@ -133,8 +135,9 @@ class Recorder:
         self, ref_id: str, session_id: str, method: str, tool: str | None, params: Any,
         *, size: int | None = None,
     ) -> None:
-        """Every client->worker request. Also bumps the session's last_activity. ``size``: the
-        request's length on the wire when the caller knows it (spares measuring ``params``)."""
+        """Every client->worker request. Also moves the session's last_activity (at most once a
+        second, rows.ACTIVITY_EVERY_S). ``size``: the request's length on the wire when the
+        caller knows it (spares measuring ``params``)."""
         held = approx_size(params) if size is None else size
         self._put("request", ref_id, (session_id, method, tool, params), held + len(method) + len(tool or ""))
 
@@ -265,7 +268,7 @@ class Recorder:
             if not self.writer_alive:
                 return False
             start = self._done
-            if self._thread.idle and not self._batch_out and len(self._queue) <= INLINE_MAX:
+            if self._may_commit_inline:
                 lost = self._write_inline()
                 ok = not any(start < seq <= target for seq in lost)
             if self._done < target:
@@ -289,8 +292,17 @@ class Recorder:
             self._wake_timer = asyncio.get_running_loop().call_later(WRITE_DELAY_S, self._timer_wake)
 
     def _timer_wake(self) -> None:
+        """A call slower than WRITE_DELAY_S: its request is written now, on the loop while the
+        writer thread is idle (a hop to it costs more than the commit), else by the thread."""
         self._wake_timer = None
-        self._wake.set()
+        if self.writer_alive and self._may_commit_inline:
+            self._write_inline()
+        if self._queue:
+            self._wake.set()
+
+    @property
+    def _may_commit_inline(self) -> bool:
+        return self._thread.idle and not self._batch_out and len(self._queue) <= INLINE_MAX
 
     def _write_inline(self) -> Sequence[int]:
         """The queue's batch, committed on the loop (the writer thread is idle and stays so);

@@ -32,6 +32,13 @@ class Item:
 ENRICH_MARKERS: Final = ("### Snapshot", "### Events", "- [", "Total messages")
 # Past this many nodes a value's size is measured by encoding it rather than by walking it.
 SIZE_WALK_MAX_NODES: Final = 10_000
+# A request moves its session's last_activity only when the one written is older than this: the
+# column is read for retention (days) and for display next to the live sessions' own clock, and
+# updating it on every call wrote two more pages (the row and its index) per answer's commit.
+ACTIVITY_EVERY_S: Final = 1.0
+# Sessions whose last written activity is remembered; past it the memory starts over (costing
+# each session one more update).
+ACTIVITY_SESSIONS_MAX: Final = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +74,12 @@ class RowWriter:
     def __init__(self, layout: StateLayout | None, note_failure: Callable[[str, str], None]) -> None:
         self.layout = layout
         self.note_failure = note_failure
+        # session id -> the last_activity a request wrote in this run (see ACTIVITY_EVERY_S).
+        self._activity: dict[str, float] = {}
+
+    def forget_activity(self) -> None:
+        """A transaction was rolled back: what it wrote of last_activity is not in the file."""
+        self._activity.clear()
 
     def apply(self, conn: sqlite3.Connection, item: Item) -> Enrichment | None:
         """One queued item as rows, inside the caller's transaction; for an answer that linked
@@ -88,6 +101,7 @@ class RowWriter:
                 (key, ts, ts, to_json(client_info), protocol_version, port, pid, to_json(metadata), parent_id),
             )
         elif item.kind == "state":
+            self._activity.pop(key, None)
             # Upsert: a state change must not be lost because session_opened was dropped.
             conn.execute(
                 """INSERT INTO sessions (id, created, last_activity, state) VALUES (?, ?, ?, ?)
@@ -109,14 +123,23 @@ class RowWriter:
                    VALUES (?, ?, ?, ?, ?, ?)""",
                 (key, session_id, method, tool, to_json(params), ts),
             )
-            conn.execute(
-                "UPDATE sessions SET last_activity = max(last_activity, ?) WHERE id = ?", (ts, session_id)
-            )
+            self._bump_activity(conn, session_id, ts)
         elif item.kind == "response":
             return self._apply_response(conn, item)
         else:
             raise ValueError(f"unknown item kind {item.kind!r}")
         return None
+
+    def _bump_activity(self, conn: sqlite3.Connection, session_id: str, ts: float) -> None:
+        """last_activity stays within ACTIVITY_EVERY_S of the session's last request: a request
+        that soon after the last one written leaves it be."""
+        last = self._activity.get(session_id)
+        if last is not None and ts - last < ACTIVITY_EVERY_S:
+            return
+        conn.execute("UPDATE sessions SET last_activity = max(last_activity, ?) WHERE id = ?", (ts, session_id))
+        if len(self._activity) >= ACTIVITY_SESSIONS_MAX:
+            self._activity.clear()
+        self._activity[session_id] = ts
 
     def _apply_response(self, conn: sqlite3.Connection, item: Item) -> Enrichment | None:
         """The row the answer promised; what is read from the worker's files comes later."""

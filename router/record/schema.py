@@ -143,7 +143,15 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "CREATE INDEX session_events_session ON session_events(session_id, ts)",
         "CREATE INDEX session_events_ts ON session_events(ts)",
     ),
+    # 3 -> 4: requests and responses are pruned by rowid (see prune), so no index on their ts is
+    # kept up on every tool answer's commit (two B-tree inserts, two pages of WAL per call).
+    (
+        "DROP INDEX IF EXISTS requests_ts",
+        "DROP INDEX IF EXISTS responses_ts",
+    ),
 )
+# Tables whose rows are appended in time order and pruned by rowid (see prune).
+APPENDED: Final = ("responses", "requests")
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
@@ -306,13 +314,38 @@ def prune(conn: sqlite3.Connection, cutoff: float) -> list[str]:
         )]
         conn.executemany("DELETE FROM sessions WHERE id = ?", [(i,) for i in ids])
         conn.executemany("DELETE FROM session_events WHERE session_id = ?", [(i,) for i in ids])
-        for table, column in (("console_logs", "ts"), ("responses", "ts"), ("requests", "ts"),
-                              ("diff_cursors", "updated"), ("recorder_failures", "ts"),
+        for table, column in (("console_logs", "ts"), ("diff_cursors", "updated"), ("recorder_failures", "ts"),
                               ("session_events", "ts")):
             conn.execute(f"DELETE FROM {table} WHERE {column} < ?", (cutoff,))
+        for table in APPENDED:
+            last = last_rowid_before(conn, table, cutoff)
+            if last is not None:
+                # Bounded by ts as well: a row the clock stamped out of order is never deleted early.
+                conn.execute(f"DELETE FROM {table} WHERE rowid <= ? AND ts < ?", (last, cutoff))
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
     return ids
+
+
+def last_rowid_before(conn: sqlite3.Connection, table: str, cutoff: float) -> int | None:
+    """The last row of ``table`` (one of APPENDED) stamped before ``cutoff``, by binary search
+    over rowids: the record appends these rows in the order of their ts (a queued item's ts is
+    its enqueue time, and items are written in that order), so the rows older than a cutoff are
+    the first ones. After a step back of the wall clock the search may stop short of some old
+    rows; a later prune takes them."""
+    # Two subqueries: min() and max() together would scan the table instead of reading its ends.
+    lo, hi = conn.execute(f"SELECT (SELECT min(rowid) FROM {table}), (SELECT max(rowid) FROM {table})").fetchone()
+    found: int | None = None
+    while lo is not None and lo <= hi:
+        mid = (lo + hi) // 2
+        rowid, ts = conn.execute(
+            f"SELECT rowid, ts FROM {table} WHERE rowid >= ? ORDER BY rowid LIMIT 1", (mid,)
+        ).fetchone()
+        if ts < cutoff:
+            found, lo = rowid, rowid + 1
+        else:
+            hi = mid - 1
+    return found

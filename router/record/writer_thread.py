@@ -4,11 +4,16 @@ Batches, linked-file reads and prunes run on that thread one at a time (a ``sqli
 holds no event loop). The loop may use the connection itself, for the small commit a tool answer
 waits for, only while no job is on the thread (``idle``): the connection is never used by two
 threads at once.
+
+The connection rests with busy_timeout 0: the loop must never wait for another connection's write
+lock, and its commit is on every tool answer's path, so it does not pay two PRAGMAs per commit to
+say so. A job on the thread, which may wait, raises the timeout for its own run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +48,7 @@ class WriterThread:
             self.conn = await loop.run_in_executor(self._executor, schema.connect_or_replace, db_path)
             self.conn.execute("PRAGMA wal_autocheckpoint = 0")  # see batches.CHECKPOINT_EVERY
             self.conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
+            self.conn.execute("PRAGMA busy_timeout = 0")
             yield self
         finally:
             conn, self.conn = self.conn, None
@@ -64,7 +70,7 @@ class WriterThread:
         conn = self.conn
         loop = asyncio.get_running_loop()
         self._jobs += 1
-        job = self._executor.submit(fn, conn)
+        job = self._executor.submit(_patiently, fn, conn)
         # Counted off when the thread is done with it, not when its awaiter is: a cancelled
         # await (a prune at shutdown) leaves the job running, and the loop must not commit then.
         job.add_done_callback(lambda _: loop.call_soon_threadsafe(self._job_done))
@@ -72,3 +78,16 @@ class WriterThread:
 
     def _job_done(self) -> None:
         self._jobs -= 1
+
+
+def _patiently(fn: Callable[[sqlite3.Connection], T], conn: sqlite3.Connection) -> T:
+    """``fn(conn)`` allowed to wait for another connection's write lock, as the thread may; the
+    connection goes back to not waiting before the loop can use it again. (Only a closed or broken
+    connection refuses a PRAGMA: ``fn`` then meets and counts that error itself.)"""
+    with contextlib.suppress(sqlite3.Error):
+        conn.execute(f"PRAGMA busy_timeout = {schema.BUSY_TIMEOUT_MS}")
+    try:
+        return fn(conn)
+    finally:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("PRAGMA busy_timeout = 0")

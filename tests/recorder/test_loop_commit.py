@@ -1,7 +1,8 @@
 """The record's commits on the event loop beside its writer thread: the loop never waits on
 another connection's lock, never commits while a job runs on the thread (even one whose awaiter was
 cancelled) nor before the writer task has counted the batch the thread just wrote, and the WAL is
-checkpointed wherever the commits were made."""
+checkpointed wherever the commits were made. What the loop's commit costs: no PRAGMA, one commit
+for a call slower than a click, and a lone request written by the loop, not by a hop to the thread."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from router.layout import StateLayout
+from router.record import recorder as recorder_module
+from router.record import schema
 from router.record.batches import CHECKPOINT_EVERY
 from router.record.recorder import Recorder
 from router.record.snapshots import summarize
@@ -161,3 +166,74 @@ async def test_a_commit_on_the_loop_right_after_a_thread_batch_keeps_the_flush_p
         assert session["id"] == "s"
         rows = sqlite3.connect(db).execute("SELECT count(*) FROM responses").fetchone()
         assert rows == (6,)
+
+
+async def test_an_answers_commit_on_the_loop_runs_no_pragma(tmp_path: Path) -> None:
+    """The loop's commit is on every tool answer's path: its connection's settings (a busy_timeout
+    of 0 for the loop, which must not wait) are set once, not around each commit. The writer
+    thread's jobs still wait for another writer (see the first test)."""
+    rec = Recorder(tmp_path / "router.db")
+    async with rec.run():
+        rec.session_opened("s", client_info={}, protocol_version=None, port=1, pid=1)
+        await rec.flush()
+        conn = await rec.call_in_writer(lambda c: c)
+        statements: list[str] = []
+        conn.set_trace_callback(statements.append)
+        try:
+            for i in range(3):
+                _call(rec, f"r{i}")
+                assert await rec.flush_rows()
+        finally:
+            conn.set_trace_callback(None)
+        assert statements, "nothing was committed on the loop"
+        assert not [s for s in statements if s.upper().startswith("PRAGMA")], statements
+        assert await rec.call_in_writer(lambda c: c.execute("PRAGMA busy_timeout").fetchone()[0]) == (
+            schema.BUSY_TIMEOUT_MS
+        )
+
+
+async def test_a_call_slower_than_a_click_settles_is_still_one_commit(tmp_path: Path) -> None:
+    """A click takes ~0.55 s (the worker waits for the page to settle): its request waits for its
+    answer and both go in the commit the answer makes, not one commit each (at a 20-ms delay the
+    request went alone, through a hop to the writer thread)."""
+    rec = Recorder(tmp_path / "router.db")
+    async with rec.run():
+        rec.session_opened("s", client_info={}, protocol_version=None, port=1, pid=1)
+        await rec.flush()
+        commits = []
+        for i in range(3):
+            before = rec.batches
+            rec.request(f"r{i}", "s", "tools/call", "browser_click", {}, size=10)
+            await asyncio.sleep(0.1)  # the worker's time on the call, not synchronisation
+            rec.response(f"r{i}", status="success", result="{}", duration_ms=100.0, output_dir=None)
+            assert await rec.flush_rows()
+            commits.append(rec.batches - before)
+        # The first call meets the writer task's first turn, which writes whatever is queued.
+        assert commits[1:] == [1, 1], commits
+
+
+async def test_a_request_left_waiting_is_written_on_the_loop_after_the_delay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call that hangs is in the record WRITE_DELAY_S after it began (what a crash leaves for
+    forensics), written on the event loop while the writer thread is idle: no hop to it."""
+    monkeypatch.setattr(recorder_module, "WRITE_DELAY_S", 0.05)
+    db = tmp_path / "router.db"
+    rec = Recorder(db)
+    async with rec.run():
+        rec.session_opened("s", client_info={}, protocol_version=None, port=1, pid=1)
+        await rec.flush()
+        conn = await rec.call_in_writer(lambda c: c)
+        threads: set[int] = set()
+        conn.set_trace_callback(lambda _: threads.add(threading.get_ident()))
+        rec.request("hung", "s", "tools/call", "browser_wait_for", {}, size=10)
+        reader = sqlite3.connect(db)
+        try:
+            deadline = time.monotonic() + 5
+            while not reader.execute("SELECT count(*) FROM requests WHERE ref_id = 'hung'").fetchone()[0]:
+                assert time.monotonic() < deadline, "the lone request was never written"
+                await asyncio.sleep(0.01)
+        finally:
+            reader.close()
+            conn.set_trace_callback(None)
+        assert threads == {threading.get_ident()}, "written on the writer thread"
