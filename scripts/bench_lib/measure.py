@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench_lib.client import CallError, McpSession, new_http
-from bench_lib.procs import chromium_count, cpu_seconds, pss_kib, rss_kib
+from bench_lib.procs import chromium_count, cpu_seconds, cpu_seconds_fine, pss_kib, rss_kib
 from bench_lib.targets import Target, healthz
 
 from workers.orphans import processes_for
 
 TOOLS = ("browser_snapshot", "browser_tabs", "browser_click")
+SETTLE_S = 1.5
+IDLE_WINDOW_S = 4.0  # a router's idle CPU rate, measured with the same sessions open
 BUTTON = re.compile(r'button "Press me" \[ref=(\w+)\]')
 
 
@@ -86,10 +88,14 @@ async def latency(
             for s in sessions:
                 for tool in tools:
                     await s.call(tool, **tool_args(tool, refs[s.endpoint.name]))
-        await asyncio.sleep(1.5)  # let background work after the warm-up (state saving) finish
-        cpu0 = {name: cpu_seconds(r.child.pid) for name, r in routers.items()}
-        await asyncio.sleep(2.0)
-        idle_rate = {name: (cpu_seconds(r.child.pid) - cpu0[name]) / 2.0 for name, r in routers.items()}
+        await asyncio.sleep(SETTLE_S)  # let background work after the warm-up (state saving) finish
+        # The idle rate is subtracted over the whole run (~1-2 min): measured in clock ticks over
+        # two seconds, its error alone was up to ~0.8 ms per call.
+        cpu0 = {name: cpu_seconds_fine(r.child.pid) for name, r in routers.items()}
+        await asyncio.sleep(IDLE_WINDOW_S)
+        idle_rate = {
+            name: (cpu_seconds_fine(r.child.pid) - cpu0[name]) / IDLE_WINDOW_S for name, r in routers.items()
+        }
         cpu0 = {name: cpu_seconds(r.child.pid) for name, r in routers.items()}
         t0 = time.perf_counter()
         for i in range(iterations):
@@ -245,7 +251,6 @@ class ThroughputResult:
     idle_cpu_ms_per_s: float | None = None
 
 
-THROUGHPUT_IDLE_S = 5.0
 
 
 async def throughput(
@@ -253,9 +258,9 @@ async def throughput(
 ) -> ThroughputResult:
     result = ThroughputResult(len(sessions), seconds)
     if router_pid is not None:
-        cpu0, t0 = cpu_seconds(router_pid), time.perf_counter()
-        await asyncio.sleep(THROUGHPUT_IDLE_S)
-        result.idle_cpu_ms_per_s = (cpu_seconds(router_pid) - cpu0) * 1000 / (time.perf_counter() - t0)
+        cpu0, t0 = cpu_seconds_fine(router_pid), time.perf_counter()
+        await asyncio.sleep(IDLE_WINDOW_S)
+        result.idle_cpu_ms_per_s = (cpu_seconds_fine(router_pid) - cpu0) * 1000 / (time.perf_counter() - t0)
     cpu0 = cpu_seconds(router_pid) if router_pid is not None else 0.0
     end = time.perf_counter() + seconds
 

@@ -161,6 +161,26 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_seconds_fine(pid: int) -> float:
+    """The CPU time of one process's live threads to the nanosecond (the scheduler's own sum, in
+    /proc/PID/task/*/sched), for short windows where utime + stime, in 10-ms clock ticks, is too
+    coarse: 2 s of an idle router is 0-2 ticks. A thread that ends within the window takes its
+    time with it, so this is for quiet windows only; cpu_seconds where the kernel hides it."""
+    total = 0.0
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        for task in tasks:
+            for line in (task / "sched").read_text().splitlines():
+                if line.startswith("se.sum_exec_runtime"):
+                    total += float(line.split(":")[1]) / 1000.0
+                    break
+            else:
+                return cpu_seconds(pid)
+    except OSError:
+        return cpu_seconds(pid)
+    return total
+
+
 def tree_pss(state_dir: Path, session: str | None = None) -> tuple[int, int]:
     """(PSS KiB, process count) of every marked process of one state dir (or one session)."""
     pids = processes_for(state_dir, session)
