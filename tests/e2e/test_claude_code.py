@@ -276,6 +276,35 @@ def test_two_conversations_back_at_once_each_take_a_warm_worker(reaping: RouterT
             assert resumed.worker_has_roots
 
 
+def test_with_memory_short_the_reserve_ends_its_extra_worker_and_both_still_resume(
+    reaping: RouterThread, pages: str
+) -> None:
+    """Two conversations asleep, the reserve at two warm workers; then free memory falls under
+    the floor: the reserve ends one (its process tree gone) and keeps the first, and both
+    conversations still carry on, one on the warm worker, the other on a worker of its own."""
+    pool = reaping.manager.pool
+    state = reaping.settings.state_dir
+    spare, short = pool.spare_memory, pool.memory_short
+    with ClaudeCodeClient(reaping.url) as first, ClaudeCodeClient(reaping.url) as second:
+        pair = (first, second)
+        befores = [sign_in(cc, pages, f"short{k}") for k, cc in enumerate(pair)]
+        for cc in pair:
+            wait_worker_gone(reaping, cc.session_id, worker_of(reaping, cc.session_id))
+        warm = wait_for(lambda: (lambda ids: ids if len(ids) >= 2 else None)(pool.ready_ids()),
+                        timeout=2 * RESERVE_READY)  # fmt: skip
+        try:
+            pool.spare_memory, pool.memory_short = (lambda: False), (lambda: True)
+            kept = wait_for(lambda: (lambda ids: ids if len(ids) == 1 else None)(pool.ready_ids()),
+                            timeout=WORKER_GONE)  # fmt: skip
+            ended = [w for w in warm if w not in kept]
+            assert ended and set(kept) <= set(warm)
+            wait_for(lambda: not any(processes_for(state, w) for w in ended), timeout=WORKER_GONE)
+            for cc, before in zip(pair, befores, strict=True):
+                carries_on(cc, before, reaping)
+        finally:
+            pool.spare_memory, pool.memory_short = spare, short
+
+
 def test_pause_after_a_second_navigation_then_click_the_old_ref(reaping: RouterThread, pages: str) -> None:
     """Real conversations navigate more than once; a tab's later documents number their refs
     with a frame prefix (f1e3), which a freshly restored page does not reproduce by itself."""
