@@ -5,6 +5,12 @@ sizing from it alone over-admits workers there and the OOM killer settles the di
 figure is the lowest of meminfo and every memory cgroup level from the process's own up to the
 root: a parent's limit binds its children too, and in a container the mounted root *is* the
 container's cgroup. A level whose files are missing or unreadable is skipped, never fatal.
+
+Under a cgroup, what is available is the limit less the group's working set (usage less its
+inactive page cache), the figure its OOM killer and Kubernetes go by. That counts active page cache
+(Chromium's mapped binaries, its disk cache) as used, where the host's MemAvailable counts part of
+it as free: a container reads shorter than the same load on the host, which errs towards fewer warm
+workers, never towards the OOM killer. ``memory.high`` (throttling, not killing) is not read.
 """
 
 from __future__ import annotations

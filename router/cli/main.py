@@ -9,10 +9,13 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
 from router.operator.logs import configure_logging
 from router.settings import Settings
+
+if TYPE_CHECKING:
+    import uvicorn
 
 log = logging.getLogger("mcp_router.serve")
 
@@ -110,20 +113,20 @@ def serve(settings: Settings) -> int:
         lock.release()
 
 
-def _serve_locked(settings: Settings) -> int:
+def server_config(app: Any, host: str, port: int, *, access_log: bool = False) -> uvicorn.Config:
+    """How the router's app is served: `serve` and the tests' routers run the same server.
+    ``access_log`` only for a test that reads it."""
     import uvicorn
 
-    from router.http.app import create_app
     from router.http.limits import KEEP_ALIVE_TIMEOUT_S, concurrency_limit, limited_protocol, raise_open_files_limit
 
-    app = create_app(settings)
-    config = uvicorn.Config(
+    return uvicorn.Config(
         app,
-        host=settings.host,
-        port=settings.port,
+        host=host,
+        port=port,
         log_config=None,
         # No access log: a URL may carry ?token= (the auth middleware also strips it first).
-        access_log=False,
+        access_log=access_log,
         timeout_graceful_shutdown=5,
         lifespan="on",
         # Bounded request heads (size, fields, time to send) and connections at once.
@@ -134,6 +137,15 @@ def _serve_locked(settings: Settings) -> int:
         # uvicorn's X-Forwarded-* rewrite is a middleware every call would pay for nothing.
         proxy_headers=False,
     )
+
+
+def _serve_locked(settings: Settings) -> int:
+    import uvicorn
+
+    from router.http.app import create_app
+
+    app = create_app(settings)
+    config = server_config(app, settings.host, settings.port)
     manager = app.state.manager
     health = app.state.health
 

@@ -9,9 +9,14 @@ waits longer than the turn that wrote it, so a streamed event still leaves as so
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Final
 
-__all__ = ["CoalescingTransport"]
+__all__ = ["FLUSH_AT", "CoalescingTransport"]
+
+# Gathered bytes past this leave at once: uvicorn's ``send`` waits only once the real transport
+# has paused its writer, so a big body held here for the turn would never pause it, and a client
+# that does not read would make the router hold all of it.
+FLUSH_AT: Final = 64 * 1024
 
 
 class CoalescingTransport:
@@ -24,37 +29,41 @@ class CoalescingTransport:
         self._transport: Any = transport
         self._loop = loop
         self._pending: list[bytes] = []
+        self._size = 0
         self._scheduled = False
-
-    @property
-    def wrapped(self) -> asyncio.BaseTransport:
-        transport: asyncio.BaseTransport = self._transport
-        return transport
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if not data:
             return
         self._pending.append(bytes(data))
+        self._size += len(data)
+        if self._size >= FLUSH_AT:
+            self.flush()
+            return
         if not self._scheduled:
             self._scheduled = True
-            self._loop.call_soon(self.flush)
+            self._loop.call_soon(self._turn_ended)
 
     def writelines(self, chunks: Any) -> None:
         for chunk in chunks:
             self.write(chunk)
 
-    def flush(self) -> None:
-        """Send what is gathered now (the scheduled flush, or before a close)."""
+    def _turn_ended(self) -> None:
         self._scheduled = False
+        self.flush()
+
+    def flush(self) -> None:
+        """Send what is gathered now (at the turn's end, past FLUSH_AT, or before a close)."""
         if not self._pending:
             return
         data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
         self._pending.clear()
+        self._size = 0
         if not self._transport.is_closing():
             self._transport.write(data)
 
     def get_write_buffer_size(self) -> int:
-        return sum(map(len, self._pending)) + int(self._transport.get_write_buffer_size())
+        return self._size + int(self._transport.get_write_buffer_size())
 
     def close(self) -> None:
         self.flush()
@@ -66,6 +75,7 @@ class CoalescingTransport:
 
     def abort(self) -> None:
         self._pending.clear()
+        self._size = 0
         self._transport.abort()
 
     def __getattr__(self, name: str) -> Any:

@@ -166,8 +166,14 @@ async def test_credentials_never_travel_further() -> None:
     assert inner["state"]["authenticated"] is True
 
 
-def test_query_token_is_not_in_the_access_log(state_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="uvicorn.access"), RouterThread(router_settings(state_dir)) as router:
+def test_query_token_is_not_in_the_access_log(
+    state_dir: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `serve` keeps no access log; one an operator turns on must not hold the token either. (A
+    # server without one stops the logger propagating, for the whole process: undone here.)
+    monkeypatch.setattr(logging.getLogger("uvicorn.access"), "propagate", True)
+    settings = router_settings(state_dir)
+    with caplog.at_level(logging.INFO, logger="uvicorn.access"), RouterThread(settings, access_log=True) as router:
         assert httpx.get(f"http://127.0.0.1:{router.port}/metrics?token={TEST_TOKEN}&a=1").status_code == 200
     lines = [r.getMessage() for r in caplog.records if r.name == "uvicorn.access"]
     assert any("/metrics" in line for line in lines), lines

@@ -12,6 +12,7 @@ from typing import Any
 
 import uvicorn
 
+from router.cli.main import server_config
 from router.http.app import create_app
 from router.http.auth import token_path
 from router.settings import Settings
@@ -56,14 +57,14 @@ def asgi_in_thread(app: Any, **config: Any) -> Iterator[int]:
 class RouterThread:
     """A real uvicorn serving the real app on a free loopback port, in a background thread."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, access_log: bool = False) -> None:
         self.settings = settings
         self.app = create_app(settings)
         self.port = settings.port
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.url = f"{self.base_url}/mcp"
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_config=None, lifespan="on")
-        self.server = uvicorn.Server(config)
+        # Served as `serve` serves it: the same protocol (bounded heads, coalesced writes) and options.
+        self.server = uvicorn.Server(server_config(self.app, "127.0.0.1", self.port, access_log=access_log))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> RouterThread:
