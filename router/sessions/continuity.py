@@ -32,7 +32,7 @@ from router.sessions.control import ControlError, ControlSession
 from router.sessions.handshake import HandshakeCache
 from router.sessions.prepared_stream import HandOver, PreparedStream, hand_over, hold_for_streamless
 from router.sessions.restore import restore_browser
-from router.sessions.resume_notice import on_tool_answer, resumed_notice
+from router.sessions.resume_notice import on_tool_answer, partial_notice, resumed_notice
 from router.sessions.state_save import SAVE_TIMEOUT, BrowserStateSaver
 from router.sessions.table import ENDED, RECORD_STATE, Session, State
 from workers.supervisor import Supervisor, Worker
@@ -155,7 +155,7 @@ class Continuity:
         replay = prepared or ControlSession(connection)
         control = control or ControlSession(connection)
         worker_session_id = ""
-        restored = False
+        restored = cut_short = False
         failures: list[ControlError] = []
         handshake = restore_started = spawned
 
@@ -172,7 +172,7 @@ class Continuity:
 
         async def bring_back_the_browser() -> None:
             # Beside the handshake, not after it: the browser launch is most of a resume.
-            nonlocal restored, restore_started
+            nonlocal restored, cut_short, restore_started
             try:
                 if control.session_id is None:
                     await control.open()
@@ -188,8 +188,10 @@ class Continuity:
                                 self.layout.session_dir(session.id), control, worker.output_dir, fresh_profile=warm
                             )
                     if budget.cancelled_caught:
+                        cut_short = True
                         log.warning("state restore given up after %.0f s session=%s", RESTORE_BUDGET, session.id)
                 except ControlError as exc:  # a page without its cookies beats no page at all
+                    cut_short = True
                     log.warning("state restore failed session=%s: %s", session.id, exc)
 
         # Until _bind the worker is the session's in no one's eyes but this call's: whatever ends
@@ -227,7 +229,8 @@ class Continuity:
         if restored:  # what is saved is what the browser now holds: the next save waits its interval
             session.state_saved_at = time.monotonic()
         if reason is not None:
-            session.resumed_notice = resumed_notice(reason) if restored else None
+            notice = resumed_notice(reason) if restored else partial_notice(reason) if cut_short else None
+            session.resumed_notice = notice
             if self.metrics is not None:
                 self.metrics.resumed()
             if self.recorder is not None:

@@ -27,6 +27,7 @@ REASON_TEXT: Final = {
 
 
 NOTICE_PREFIX: Final = "[mcp-router] This conversation's browser was restored"
+PARTIAL_NOTICE_PREFIX: Final = "[mcp-router] This conversation's browser was only partly restored"
 
 
 def resumed_notice(reason: str) -> str:
@@ -34,6 +35,15 @@ def resumed_notice(reason: str) -> str:
         f"{NOTICE_PREFIX} after {REASON_TEXT.get(reason, reason)}: "
         "cookies, storage and tabs are back and the page was reloaded, so element refs from before "
         "refer to the reloaded page (they resolve where it is unchanged)."
+    )
+
+
+def partial_notice(reason: str) -> str:
+    """A restore that failed or ran out of time: the client must not trust its old refs."""
+    return (
+        f"{PARTIAL_NOTICE_PREFIX} after {REASON_TEXT.get(reason, reason)}: some cookies, storage or "
+        "tabs may be missing and the page may not be the one from before; take a new snapshot "
+        "before using element refs from before."
     )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
-from router.sessions.resume_notice import NOTICE_PREFIX
+from router.sessions.resume_notice import NOTICE_PREFIX, PARTIAL_NOTICE_PREFIX
 from router.sessions.table import State
 from tests.router.test_warm_pool import router_loop_call
 from tests.support import RawClient, RouterThread, async_wait_for, router_settings, wait_for, whoami
@@ -186,6 +186,8 @@ def test_a_stuck_restore_gives_the_queue_up_after_its_budget(state_dir: Path, mo
         [cut] = stuck
         [other] = [sid for sid in answers if sid != cut]
         assert NOTICE_PREFIX not in answers[cut] and NOTICE_PREFIX in answers[other], answers
+        # The client whose restore was cut short is told not to trust its old refs.
+        assert PARTIAL_NOTICE_PREFIX in answers[cut] and PARTIAL_NOTICE_PREFIX not in answers[other], answers
         assert router.manager.continuity.warm_restores.running == 0
         for client in clients:
             assert router.manager.sessions.get(client.session_id).state is State.LIVE
