@@ -39,6 +39,7 @@ from router.operator.metrics import Metrics, TimedEndpoint
 from router.operator.ui import Ui
 from router.sessions.handshake import HandshakeCache, worker_fingerprint
 from router.sessions.manager import SessionManager
+from router.sessions.resume_notice import on_tool_answer
 from router.settings import Settings
 from router.types import MCP_ENDPOINT
 from workers.spec import (
@@ -169,7 +170,7 @@ def create_app(settings: Settings) -> Starlette:
         ),
         cached_answer=manager.requests.cached_answer,
         renew_browser=manager.renew_browser,
-        on_tool_answer=manager.continuity.on_tool_answer,
+        on_tool_answer=on_tool_answer,
         catalog=Catalog(
             ResourceCatalog(
                 records=lambda: recorder.records if recorder is not None else None,

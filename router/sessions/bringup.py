@@ -77,7 +77,8 @@ class BringUps:
         return len(self._waiting[True]) + len(self._waiting[False])
 
     async def _acquire(self, urgent: bool) -> None:
-        if self._running < self._limit and not self._waiting[True] and (urgent or not self._waiting[False]):
+        # A free slot means nobody waits: a released slot passes straight to the next waiter.
+        if self._running < self._limit:
             self._running += 1
             return
         granted = anyio.Event()

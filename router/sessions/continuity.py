@@ -32,7 +32,7 @@ from router.sessions.control import ControlError, ControlSession
 from router.sessions.handshake import HandshakeCache
 from router.sessions.prepared_stream import HandOver, PreparedStream, hand_over, hold_for_streamless
 from router.sessions.restore import restore_browser
-from router.sessions.resume_notice import on_tool_answer, partial_notice, resumed_notice
+from router.sessions.resume_notice import partial_notice, resumed_notice
 from router.sessions.state_save import SAVE_TIMEOUT, BrowserStateSaver
 from router.sessions.table import ENDED, RECORD_STATE, Session, State
 from workers.supervisor import Supervisor, Worker
@@ -345,9 +345,6 @@ class Continuity:
             )
         log.info("new browser session=%s browser_session=%s", session.id, browser_session)
         return browser_session
-
-    # Called with each tools/call answer and its summary (router/http/exchange.py).
-    on_tool_answer = staticmethod(on_tool_answer)
 
     # -- letting a worker go ---------------------------------------------------------------------
 
