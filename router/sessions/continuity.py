@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -31,7 +30,7 @@ from router.sessions.bringup import BringUps
 from router.sessions.control import ControlError, ControlSession
 from router.sessions.handshake import HandshakeCache
 from router.sessions.prepared_stream import HandOver, PreparedStream, hand_over, hold_for_streamless
-from router.sessions.restore import restore_browser
+from router.sessions.restore import RestoreProgress, restore_browser
 from router.sessions.resume_notice import partial_notice, resumed_notice
 from router.sessions.state_save import SAVE_TIMEOUT, BrowserStateSaver
 from router.sessions.table import ENDED, RECORD_STATE, Session, State
@@ -158,6 +157,7 @@ class Continuity:
         restored = cut_short = False
         failures: list[ControlError] = []
         handshake = restore_started = spawned
+        progress = RestoreProgress()
 
         async def replay_handshake() -> None:
             nonlocal worker_session_id, handshake
@@ -185,8 +185,9 @@ class Continuity:
                     async with self.warm_restores.slot() if warm else contextlib.nullcontext():
                         with anyio.move_on_after(RESTORE_BUDGET) as budget:
                             restored = await restore_browser(
-                                self.layout.session_dir(session.id), control, worker.output_dir, fresh_profile=warm
-                            )
+                                self.layout.session_dir(session.id), control, worker.output_dir,
+                                fresh_profile=warm, progress=progress,
+                            )  # fmt: skip
                     if budget.cancelled_caught:
                         cut_short = True
                         log.warning("state restore given up after %.0f s session=%s", RESTORE_BUDGET, session.id)
@@ -226,6 +227,7 @@ class Continuity:
             self._drop_held(session)
             session.adopted_stream = (connection, held)
         self._bind(session, connection, worker_session_id, control)
+        session.unrestored = progress.left_out()  # laid under this worker's saves (unrestored.py)
         if restored:  # what is saved is what the browser now holds: the next save waits its interval
             session.state_saved_at = time.monotonic()
         if reason is not None:
@@ -313,38 +315,6 @@ class Continuity:
                 pid=worker.pid,
                 metadata={"initialize": session.initialize_params, "response_mode": session.response_mode},
             )
-
-    async def renew(self, session: Session) -> str:
-        """A fresh browser (new worker, empty profile) under the same session; returns the new
-        browser session's id, which the record links to this session."""
-        browser_session = "browser-" + secrets.token_urlsafe(12)
-        async with session.lock:
-            connection = self.detach(session, State.HIBERNATED)
-            if connection is not None:
-                await connection.aclose()
-                if self.recorder is not None:
-                    await self.recorder.flush()  # the recorder reads the output dir's files first
-                await self.end_worker(session, connection.worker)
-            await self.supervisor.stop(session.id)
-            await self.supervisor.forget(session.id)  # profile and saved state: cookies, storage
-            session.browser_used = False
-            session.current_url = None
-            session.ref_frame = 0
-            await self.attach(session, reason="new-browser")
-        statefiles.keep_session(self.layout.session_dir(session.id), session)
-        if self.recorder is not None and session.connection is not None:
-            worker = session.connection.worker
-            self.recorder.session_opened(
-                browser_session,
-                client_info=session.client_info,
-                protocol_version=session.protocol_version,
-                port=worker.port,
-                pid=worker.pid,
-                metadata={"browser_session_of": session.id},
-                parent_id=session.id,
-            )
-        log.info("new browser session=%s browser_session=%s", session.id, browser_session)
-        return browser_session
 
     # -- letting a worker go ---------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from router.sessions.continuity import Continuity
 from router.sessions.handshake import HandshakeCache, probe
 from router.sessions.nodes import check_owner
 from router.sessions.pool import WarmPool
+from router.sessions.renewal import renew_browser
 from router.sessions.serving import RequestServing
 from router.sessions.table import DORMANT, ENDED, RECORD_STATE, Session, SessionTable, State, check_session_id
 from router.sessions.upkeep import Upkeep
@@ -352,7 +353,7 @@ class SessionManager:
     async def renew_browser(self, session: Session) -> str:
         """create_new_session: a fresh browser (new worker, empty profile) under the same MCP
         session. Returns the new browser-session id, which the record links to this session."""
-        return await self.continuity.renew(session)
+        return await renew_browser(self.continuity, session)
 
     async def _evict_dormant(self) -> bool:
         """Makes room among known ids by ending, for good, the longest-idle session that never had

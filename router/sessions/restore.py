@@ -8,12 +8,14 @@ import contextlib
 import itertools
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from router.sessions import statefiles
 from router.sessions.control import ControlError, ControlSession
 from router.sessions.storage_restore import restore_in_tab, sets_anything, split_origins
+from router.sessions.unrestored import Unrestored, left_out
 
 log = logging.getLogger("mcp_router.continuity")
 
@@ -23,9 +25,25 @@ MAX_RESTORED_TABS: Final = 10  # a runaway page opening tabs must not make every
 MAX_REF_FRAME: Final = 8  # past this many documents in a tab, refs are re-taken, not reproduced
 
 
-async def restore_browser(session_dir: Path, control: ControlSession, output_dir: Path, *, fresh_profile: bool) -> bool:
+@dataclass
+class RestoreProgress:
+    """How far a restore got, read by its caller also when it was cut short or failed."""
+
+    saved: dict[str, Any] | None = None
+    storage_done: bool = False
+    tabs_done: bool = False
+
+    def left_out(self) -> Unrestored | None:
+        return left_out(self.saved, storage_done=self.storage_done, tabs_done=self.tabs_done)
+
+
+async def restore_browser(
+    session_dir: Path, control: ControlSession, output_dir: Path, *, fresh_profile: bool,
+    progress: RestoreProgress | None = None,
+) -> bool:
     """Cookies, storage and tabs back through the control session, then the current tab's
-    snapshot re-taken so refs resolve. False when nothing was saved.
+    snapshot re-taken so refs resolve. False when nothing was saved. ``progress`` notes each
+    part once it is in.
 
     ``fresh_profile``: the browser started on an empty profile (a warm worker's), so nothing
     saved needs no ``browser_set_storage_state``. On the session's own profile (a spawn of its
@@ -34,6 +52,8 @@ async def restore_browser(session_dir: Path, control: ControlSession, output_dir
     state = statefiles.read_state(session_dir)
     if state is None:
         return False
+    progress = progress or RestoreProgress()
+    progress.saved = state
     marks = [time.monotonic()]
     tabs = [t for t in state.get("tabs", []) if isinstance(t, str)][:MAX_RESTORED_TABS]
     current = state.get("current")
@@ -57,8 +77,10 @@ async def restore_browser(session_dir: Path, control: ControlSession, output_dir
                 rest = split.elsewhere + split.in_tab[done.restored :]
                 await _set_storage_state(control, output_dir, {**storage, "origins": rest})
             reloads -= done.documents
+    progress.storage_done = True
     marks.append(time.monotonic())
     await _open_tabs(control, tabs, current)
+    progress.tabs_done = True
     marks.append(time.monotonic())
     # Each document a tab loads numbers its refs with the next frame prefix: load the page as
     # often as before, so "f2e3" is the same button again.

@@ -50,6 +50,8 @@ class BrowserStateSaver:
                 storage = statefiles.read_json(target)
                 if storage is None:
                     raise ControlError("storage state file missing or unreadable")
+                if session.unrestored is not None:  # a resume left part of the saved state out
+                    storage, tabs = session.unrestored.under(storage, tabs)
                 statefiles.write_state(
                     self.layout.session_dir(session.id),
                     {

@@ -16,6 +16,7 @@ import anyio
 from router.http.errors import BadRequest
 from router.sessions.outbox import Outbox
 from router.sessions.roots import ClientRoots, declares_roots
+from router.sessions.unrestored import Unrestored
 from workers.health import RestartBudget
 
 if TYPE_CHECKING:
@@ -115,6 +116,7 @@ class Session:
     # count, which a restore reproduces so that those refs resolve again.
     ref_frame: int = 0
     resumed_notice: str | None = None  # the next tool answer tells the client why the page reloaded
+    unrestored: Unrestored | None = None  # what its worker's resume left out, kept through saves
     crashed_at: float = 0.0  # monotonic; backoff before a restart counts from here
     health_failures: int = 0
     budget: RestartBudget = field(default_factory=RestartBudget)

@@ -106,7 +106,7 @@ def test_restores_onto_warm_workers_queue_and_each_counts_as_a_save(state_dir: P
     running: list[int] = [0]
     most: list[int] = [0]
 
-    async def restore(*_: Any, fresh_profile: bool) -> bool:
+    async def restore(*_: Any, fresh_profile: bool, **__: Any) -> bool:
         started.append(fresh_profile)
         running[0] += 1
         most[0] = max(most[0], running[0])
@@ -148,7 +148,7 @@ def test_only_a_warm_workers_profile_counts_as_fresh(
     of the session's own runs on the profile the session left, which the restore must clear."""
     profiles: list[bool] = []
 
-    async def restore(*_: Any, fresh_profile: bool) -> bool:
+    async def restore(*_: Any, fresh_profile: bool, **__: Any) -> bool:
         profiles.append(fresh_profile)
         return True
 

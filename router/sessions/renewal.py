@@ -1,0 +1,45 @@
+"""``create_new_session``: a fresh browser (new worker, empty profile) under the same session."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+
+from router.sessions import statefiles
+from router.sessions.continuity import Continuity
+from router.sessions.table import Session, State
+
+log = logging.getLogger("mcp_router.continuity")
+
+
+async def renew_browser(continuity: Continuity, session: Session) -> str:
+    """A fresh browser (new worker, empty profile) under the same session; returns the new
+    browser session's id, which the record links to this session."""
+    browser_session = "browser-" + secrets.token_urlsafe(12)
+    async with session.lock:
+        connection = continuity.detach(session, State.HIBERNATED)
+        if connection is not None:
+            await connection.aclose()
+            if continuity.recorder is not None:
+                await continuity.recorder.flush()  # the recorder reads the output dir's files first
+            await continuity.end_worker(session, connection.worker)
+        await continuity.supervisor.stop(session.id)
+        await continuity.supervisor.forget(session.id)  # profile and saved state: cookies, storage
+        session.browser_used = False
+        session.current_url = None
+        session.ref_frame = 0
+        await continuity.attach(session, reason="new-browser")
+    statefiles.keep_session(continuity.layout.session_dir(session.id), session)
+    if continuity.recorder is not None and session.connection is not None:
+        worker = session.connection.worker
+        continuity.recorder.session_opened(
+            browser_session,
+            client_info=session.client_info,
+            protocol_version=session.protocol_version,
+            port=worker.port,
+            pid=worker.pid,
+            metadata={"browser_session_of": session.id},
+            parent_id=session.id,
+        )
+    log.info("new browser session=%s browser_session=%s", session.id, browser_session)
+    return browser_session
