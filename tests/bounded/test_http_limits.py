@@ -30,6 +30,9 @@ TIMEOUT = 0.5
 # A closed connection is noticed well within this; an open one is held for ever.
 CLOSE_WAIT = 5.0
 TRICKLE_EVERY = 0.5
+PATIENT_TIMEOUT = 60.0
+ENDLESS_PIECE = 4096
+ENDLESS_BYTES = 1024 * 1024  # sent without ever ending the field: ~64 times the limit
 
 
 async def _ok(scope: Any, receive: Any, send: Any) -> None:
@@ -48,6 +51,14 @@ async def _ok(scope: Any, receive: Any, send: Any) -> None:
 @pytest.fixture(scope="module")
 def port() -> Iterator[int]:
     protocol = limited_protocol(max_head_bytes=HEAD_LIMIT, max_headers=FIELDS_LIMIT, header_timeout=TIMEOUT)
+    with asgi_in_thread(_ok, http=protocol) as port:
+        yield port
+
+
+@pytest.fixture(scope="module")
+def patient_port() -> Iterator[int]:
+    """A header timeout far past CLOSE_WAIT: a connection closed within it was refused for size."""
+    protocol = limited_protocol(max_head_bytes=HEAD_LIMIT, max_headers=FIELDS_LIMIT, header_timeout=PATIENT_TIMEOUT)
     with asgi_in_thread(_ok, http=protocol) as port:
         yield port
 
@@ -80,6 +91,24 @@ def test_an_8_mb_header_gets_431_and_a_closed_connection(port: int) -> None:
         except ConnectionResetError:
             answer = b""  # closed with unread data: a reset is a refusal too
     assert answer == b"" or answer.startswith(b"HTTP/1.1 431")
+
+
+def test_one_endless_header_value_is_refused_for_its_size_before_it_ends(patient_port: int) -> None:
+    """httptools hands a field over only once it ends, so a value that never ends was buffered
+    whole until the header timeout: a hostile local process could make the router hold
+    gigabytes. What a head keeps sending is counted as it arrives."""
+    with _connect(patient_port) as s:
+        _send_quietly(s, b"GET / HTTP/1.1\r\nHost: x\r\nX-Endless: ")
+        for _ in range(ENDLESS_BYTES // ENDLESS_PIECE):
+            try:
+                s.sendall(b"a" * ENDLESS_PIECE)
+            except (BrokenPipeError, ConnectionResetError):
+                break  # refused and closed mid-value
+        try:
+            answer = read_until_closed(s)  # a socket timeout here: still held open, still buffering
+        except ConnectionResetError:
+            answer = b""
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 431"), answer[:200]
 
 
 def test_a_long_url_counts_towards_the_head(port: int) -> None:
