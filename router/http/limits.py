@@ -3,16 +3,15 @@ header fields, and the time a client may take to send them.
 
 uvicorn with httptools accepts an 8 MB header and keeps a connection that trickles its header, or
 sends nothing at all, open for ever; h11 caps the header size (``h11_max_incomplete_event_size``)
-but parses several times slower. So the router keeps httptools and bounds the head itself: the
-bytes of each read while a head is in progress (httptools hands a field over only once it ends,
-so one endless value would otherwise be buffered whole), and, once the head is complete, its
-exact size and field count from what the parser gave (one pass, not a call per field). Never the
-body (the endpoint caps that). A request past a limit gets ``431`` and the connection is closed;
-a head not complete within the timeout gets ``408`` or, if nothing was sent at all, a plain
-close. The timeout counts from the connection's opening, and on a kept-alive connection from the
-first byte of each later request (uvicorn's keep-alive timeout bounds the idle time in between).
-The read that starts a head is not counted until the head completes: a head may run past the
-limit by one read (at most 256 KiB with uvloop) before it is refused.
+but parses several times slower. So the router keeps httptools and counts in the parser's own
+callbacks: the request line and header fields, a chunked body's trailer fields too (they join the
+same header list), never the body (the endpoint caps that). httptools hands a field over only
+once it ends, so one that never ends would be buffered whole: a read in which the parser
+delivered nothing at all (no field, no body bytes, no message event) counts as well, until
+something is delivered. A request past a limit gets ``431`` and the connection is closed; a head
+not complete within the timeout gets ``408`` or, if nothing was sent at all, a plain close. The
+timeout counts from the connection's opening, and on a kept-alive connection from the first byte
+of each later request (uvicorn's keep-alive timeout bounds the idle time in between).
 
 The connection cap is uvicorn's ``limit_concurrency`` (``503`` past it), sized from the open-file
 limit: each request holds the client's socket and one to its worker.
@@ -65,8 +64,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._head_bytes = 0  # reads wholly inside the current head
-        self._in_head = False  # between a message's first byte and its head's end
+        self._head_bytes = 0  # fields delivered (request line, headers, trailers)
+        self._head_fields = 0
+        self._pending = 0  # reads since the parser last delivered anything: a field not yet ended
+        self._delivered = False  # during a read: the parser delivered something
+        self._in_message = False  # between a message's first byte and its end
         self._head_started = False  # ... and until its response is complete
         self._head_timer: asyncio.TimerHandle | None = None
         self._refusal: http.HTTPStatus | None = None
@@ -85,14 +87,15 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._refusal is not None:
             return  # answered and closing: the rest is not parsed
-        in_head = self._in_head
+        self._delivered = False
         super().data_received(data)
-        if in_head and self._in_head and self._refusal is None and not self.transport.is_closing():
-            self._head_bytes += len(data)  # all of this read was head
-            if self._head_bytes > self.max_head_bytes:
-                self._refusal = http.HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
-                self._cancel_head_timer()
-                self._send_and_close(self._refusal)
+        if self._delivered or not self._in_message or self._refusal is not None or self.transport.is_closing():
+            return
+        self._pending += len(data)  # all of this read went into something not yet ended
+        if self._head_bytes + self._pending > self.max_head_bytes:
+            self._refusal = http.HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
+            self._cancel_head_timer()
+            self._send_and_close(self._refusal)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -103,19 +106,48 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._head_bytes = 0
-        self._in_head = self._head_started = True
+        self._head_fields = 0
+        self._got_something()
+        self._in_message = self._head_started = True
         if self._head_timer is None:  # a keep-alive connection's next request
             self._arm_head_timer()
 
+    def on_url(self, url: bytes) -> None:
+        self._got_something()
+        self._count(len(url), 0)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._got_something()
+        self._count(len(name) + len(value) + _HEADER_OVERHEAD, 1)
+        super().on_header(name, value)
+
     def on_headers_complete(self) -> None:
-        self._in_head = False
+        self._got_something()
         self._cancel_head_timer()
-        fields = self.headers
-        size = len(self.url) + sum(len(name) + len(value) for name, value in fields) + _HEADER_OVERHEAD * len(fields)
-        if size > self.max_head_bytes or len(fields) > self.max_headers:
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self._got_something()
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._got_something()
+        self._in_message = False
+        super().on_message_complete()
+
+    # -- limits ------------------------------------------------------------------------------------
+
+    def _got_something(self) -> None:
+        self._delivered = True
+        self._pending = 0
+
+    def _count(self, size: int, fields: int) -> None:
+        self._head_bytes += size
+        self._head_fields += fields
+        if self._head_bytes > self.max_head_bytes or self._head_fields > self.max_headers:
             self._refusal = http.HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
             raise _HeadTooLarge
-        super().on_headers_complete()
 
     def send_400_response(self, msg: str) -> None:
         # uvicorn's answer to any parser error; a refused head gets its own status instead.

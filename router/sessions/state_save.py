@@ -15,6 +15,7 @@ from router.layout import StateLayout
 from router.record.tabs_and_refs import parse_tabs
 from router.sessions import statefiles
 from router.sessions.control import ControlError, ControlSession
+from router.sessions.storage_restore import is_restore_document
 from router.sessions.table import Session
 
 log = logging.getLogger("mcp_router.continuity")
@@ -46,7 +47,8 @@ class BrowserStateSaver:
             target = connection.worker.output_dir / SAVE_NAME
             try:
                 await control.call("browser_storage_state", {"filename": str(target)})
-                tabs = parse_tabs(await control.call("browser_tabs", {"action": "list"}))
+                listed = parse_tabs(await control.call("browser_tabs", {"action": "list"}))
+                tabs = [t for t in listed if not is_restore_document(t)]
                 storage = statefiles.read_json(target)
                 if storage is None:
                     raise ControlError("storage state file missing or unreadable")

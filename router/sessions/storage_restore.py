@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+import anyio
+
 from router.sessions.control import ControlError, ControlSession
 
 log = logging.getLogger("mcp_router.continuity")
@@ -31,6 +33,7 @@ RESTORED_TITLE: Final = "mcp-router storage restored"
 # The route takes a glob: an origin holding one of these (an IPv6 host's brackets) goes the slow way.
 GLOB_CHARS: Final = frozenset("*?{}[]\\,")
 WEB_SCHEMES: Final = frozenset({"http", "https"})
+UNROUTE_TIMEOUT: Final = 5.0
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,11 @@ def _routable(entry: object) -> bool:
     if parts.scheme not in WEB_SCHEMES or not parts.netloc or _origin(origin) != origin:
         return False
     return all(isinstance(i, Mapping) and {type(i.get("name")), type(i.get("value"))} == {str} for i in items)
+
+
+def is_restore_document(url: str) -> bool:
+    """A tab left on our restore document (a restore cut short): not a page to save or reopen."""
+    return urlsplit(url).path == RESTORE_PATH
 
 
 def split_origins(origins: Sequence[Any], current: str | None, budget: int) -> OriginSplit:
@@ -103,8 +111,10 @@ async def restore_in_tab(control: ControlSession, origins: Sequence[Mapping[str,
             try:
                 answer = await control.call("browser_navigate", {"url": url})
             finally:
-                # While a route stands every request of the context passes through the worker.
-                await control.call("browser_unroute", {"pattern": url})
+                # While a route stands every request of the context passes through the worker:
+                # it goes also when the restore's budget ran out during the navigation.
+                with anyio.move_on_after(UNROUTE_TIMEOUT, shield=True):
+                    await control.call("browser_unroute", {"pattern": url})
         except ControlError as exc:
             log.info("restoring localStorage of %s in the tab failed: %s", entry["origin"], exc)
             return InTabResult(restored, documents)

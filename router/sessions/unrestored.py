@@ -5,7 +5,9 @@ the browser without part of what the session had saved: its cookies and storage,
 tabs. A save then writes what the browser holds, and the session's logins or tabs would be gone
 for good after one pause. So the part left out is kept beside the session for the life of that
 worker, and every save lays what the browser holds over it: a cookie or item the browser holds
-wins over the kept one of the same name; a kept one the browser lacks stays.
+wins over the kept one of the same name; a kept one the browser lacks stays. The price: a cookie
+or item deleted in that worker's life (a logout) comes back from what was kept, which cannot be
+told from one that was never restored; losing a login silently is the worse of the two.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Unrestored", "left_out", "merged_storage", "merged_tabs"]
+from router.sessions.storage_restore import is_restore_document
+
+__all__ = ["Unrestored", "left_out", "merged_storage", "merged_tabs", "not_a_page"]
 
 BLANK = "about:blank"
 
@@ -60,7 +64,8 @@ def merged_storage(kept: Mapping[str, Any], current: Mapping[str, Any], now: flo
             continue
         mine = by_origin.get(entry.get("origin"))
         if mine is None:
-            origins.append(entry)
+            mine = by_origin[entry.get("origin")] = dict(entry)
+            origins.append(mine)
             continue
         items = _list(mine.get("localStorage"))
         names = {i.get("name") for i in items if isinstance(i, Mapping)}
@@ -70,11 +75,23 @@ def merged_storage(kept: Mapping[str, Any], current: Mapping[str, Any], now: flo
 
 
 def merged_tabs(kept: Sequence[str], current: Sequence[str]) -> list[str]:
-    """The browser's tabs in their order (the client knows them by index), then the kept ones it
-    does not have open."""
-    tabs = list(current)
-    tabs += [t for t in kept if t != BLANK and t not in tabs]
+    """The browser's tabs in their order (the client knows them by index), but for blank ones,
+    then each kept one the browser does not have open (as often as it was kept)."""
+    if not kept:
+        return list(current)
+    tabs = [t for t in current if not not_a_page(t)]
+    unmatched = list(tabs)
+    for tab in kept:
+        if tab in unmatched:
+            unmatched.remove(tab)
+        elif not not_a_page(tab):
+            tabs.append(tab)
     return tabs
+
+
+def not_a_page(url: str) -> bool:
+    """A tab with nothing worth reopening: blank, or left on a storage restore's own document."""
+    return url == BLANK or is_restore_document(url)
 
 
 def _list(value: object) -> list[Any]:
@@ -84,7 +101,7 @@ def _list(value: object) -> list[Any]:
 def _cookie_key(cookie: object) -> tuple[Any, ...]:
     if not isinstance(cookie, Mapping):
         return (id(cookie),)
-    return (cookie.get("name"), cookie.get("domain"), cookie.get("path"))
+    return (cookie.get("name"), cookie.get("domain"), cookie.get("path"), cookie.get("partitionKey"))
 
 
 def _expired(cookie: object, now: float) -> bool:

@@ -111,6 +111,48 @@ def test_one_endless_header_value_is_refused_for_its_size_before_it_ends(patient
     assert answer == b"" or answer.startswith(b"HTTP/1.1 431"), answer[:200]
 
 
+def test_one_endless_trailer_value_is_refused_for_its_size(patient_port: int) -> None:
+    """The same after a chunked body: a trailer field joins the header list, and is buffered
+    whole as well until it ends."""
+    with _connect(patient_port) as s:
+        head = b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        _send_quietly(s, head + b"3\r\nabc\r\n0\r\nX-Endless: ")
+        for _ in range(ENDLESS_BYTES // ENDLESS_PIECE):
+            try:
+                s.sendall(b"a" * ENDLESS_PIECE)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        try:
+            answer = read_until_closed(s)
+        except ConnectionResetError:
+            answer = b""
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 431"), answer[:200]
+
+
+def test_trailer_fields_count_with_the_head(port: int) -> None:
+    trailers = b"".join(b"X-T%d: v\r\n" % i for i in range(FIELDS_LIMIT + 5))
+    with _connect(port) as s:
+        head = b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        _send_quietly(s, head + b"3\r\nabc\r\n0\r\n" + trailers + b"\r\n")
+        assert read_until_closed(s).startswith(b"HTTP/1.1 431")
+
+
+def test_pipelined_requests_across_reads_are_not_counted_as_one_head(port: int) -> None:
+    """A read that ends one request's head, carries its whole body and begins the next head:
+    nothing of it is the next head's but that beginning."""
+    body = b"x" * (4 * HEAD_LIMIT)
+    first = b"POST /one HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
+    second = b"GET /two HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    with _connect(port) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.sendall(first[:20])
+        s.sendall(first[20:] + body + second[:10])
+        s.sendall(second[10:])
+        answer = read_until_closed(s)
+    assert answer.count(b"HTTP/1.1 200") == 2, answer[:300]
+    assert b"ok %d" % len(body) in answer
+
+
 def test_a_long_url_counts_towards_the_head(port: int) -> None:
     with _connect(port) as s:
         _send_quietly(s, b"GET /" + b"u" * (2 * HEAD_LIMIT) + b" HTTP/1.1\r\nHost: x\r\n\r\n")

@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, cast
 
-from router.sessions.storage_restore import restore_document, split_origins
+import anyio
+import anyio.lowlevel
+
+from router.sessions.control import ControlSession
+from router.sessions.storage_restore import restore_document, restore_in_tab, split_origins
+
+CUT_AFTER = 0.3  # seconds: a restore stuck in its navigation is cut short after this here
 
 
 def origin(name: str, **extra: Any) -> dict[str, Any]:
@@ -44,3 +50,26 @@ def test_the_document_sets_every_item_and_a_value_cannot_close_its_script() -> N
     pairs = re.search(r"of (\[.*\])\) ", body)
     assert pairs is not None
     assert json.loads(pairs.group(1)) == [["k", items[0]["value"]], ["é\u2028", "2"]]
+
+
+class StuckNavigation:
+    """A worker whose navigation never ends (a page that never loads); other calls answer."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def call(self, name: str, arguments: dict[str, Any] | None = None) -> str:
+        await anyio.lowlevel.checkpoint()  # as a request to the worker: a call a cancellation stops
+        self.calls.append(name)
+        if name == "browser_navigate":
+            await anyio.sleep_forever()
+        return ""
+
+
+async def test_the_route_goes_even_when_the_restore_is_cut_short_in_its_navigation() -> None:
+    """While a route stands, every request of the browser passes through the worker: a restore
+    given up during the navigation (its budget) still takes the route away."""
+    control = StuckNavigation()
+    with anyio.move_on_after(CUT_AFTER):
+        await restore_in_tab(cast(ControlSession, control), [A])
+    assert control.calls == ["browser_route", "browser_navigate", "browser_unroute"]

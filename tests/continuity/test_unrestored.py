@@ -69,11 +69,31 @@ def test_the_browsers_cookies_win_and_the_kept_ones_it_lacks_stay() -> None:
     by_origin = {o["origin"]: {i["name"]: i["value"] for i in o["localStorage"]} for o in merged["origins"]}
     assert by_origin == {"http://a.test": {"k": "new", "only": "kept"}, "http://b.test": {"b": "1"}}
     assert current["origins"] == [origin("http://a.test", k="new")]  # the browser's own left as it was
+    assert kept["origins"][0] == origin("http://a.test", k="kept", only="kept")  # and what is kept
+
+
+def test_a_kept_cookie_of_another_partition_or_an_origin_kept_twice() -> None:
+    partitioned = {**cookie("sid", "chip"), "partitionKey": "http://top.test"}
+    merged = merged_storage({"cookies": [partitioned], "origins": [origin("http://b.test", a="1"),
+                                                                   origin("http://b.test", b="2")]},
+                            {"cookies": [cookie("sid", "plain")], "origins": []}, now=NOW)  # fmt: skip
+    assert [c["value"] for c in merged["cookies"]] == ["plain", "chip"]
+    assert merged["origins"] == [origin("http://b.test", a="1", b="2")]
 
 
 def test_the_browsers_tabs_keep_their_places_and_the_missing_ones_follow() -> None:
-    assert merged_tabs([A, B, C], [A, "about:blank"]) == [A, "about:blank", B, C]
+    assert merged_tabs([A, B, C], [A, B]) == [A, B, C]
     assert merged_tabs(["about:blank", C], [B]) == [B, C]
+    assert merged_tabs([A, A, B], [A]) == [A, A, B]  # a page open twice stays open twice
+    assert merged_tabs([], ["about:blank"]) == ["about:blank"]  # nothing kept: the browser's as they are
+
+
+def test_a_blank_tab_or_a_restore_document_does_not_push_the_kept_tabs_along() -> None:
+    """A failed restore leaves the browser on a blank tab, or a cut one on the restore's own
+    document: saved ahead of the kept tabs, it would shift them and stay for good."""
+    restore_doc = "http://127.0.0.1:8000/__mcp_router_storage_restore__"
+    assert merged_tabs([A, B], ["about:blank"]) == [A, B]
+    assert merged_tabs([A, B], [restore_doc, C]) == [C, A, B]
 
 
 class Control:

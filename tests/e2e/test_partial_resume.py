@@ -69,6 +69,8 @@ def test_a_login_the_resume_left_out_survives_the_next_pause(
 
         text, _ = cc.call("browser_tabs", action="list", timeout=CALL_LIMIT)  # a whole resume this time
         assert NOTICE_PREFIX in text and PARTIAL_NOTICE_PREFIX not in text, text
+        session = reaping.manager.sessions.get(sid)
+        assert session is not None and session.unrestored is None  # nothing left out any more
         cookies, _ = cc.call("browser_evaluate", function="() => document.cookie", timeout=CALL_LIMIT)
         assert "session=first" in cookies and "token=second" in cookies, cookies
         assert cc.status()["deletes"] == 0
