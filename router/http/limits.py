@@ -11,7 +11,10 @@ delivered nothing at all (no field, no body bytes, no message event) counts as w
 something is delivered. A request past a limit gets ``431`` and the connection is closed; a head
 not complete within the timeout gets ``408`` or, if nothing was sent at all, a plain close. The
 timeout counts from the connection's opening, and on a kept-alive connection from the first byte
-of each later request (uvicorn's keep-alive timeout bounds the idle time in between).
+of each later request (uvicorn's keep-alive timeout bounds the idle time in between). A body not
+whole within its own timeout of the head's end gets ``408`` (a JSON-RPC error) and a close: a
+client that trickled its body held a request and a connection for ever. Its timer is armed only
+when a read ends inside a body, so a request that arrives in one read costs no timer at all.
 
 The connection cap is uvicorn's ``limit_concurrency`` (``503`` past it), sized from the open-file
 limit: each request holds the client's socket and one to its worker.
@@ -27,15 +30,17 @@ from typing import Any, Final
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from router.http.coalesce import CoalescingTransport
+from router.http.errors import INVALID_REQUEST, error_body
 
 __all__ = [
-    "HEADER_TIMEOUT_S", "MAX_HEADERS", "MAX_HEAD_BYTES", "concurrency_limit", "limited_protocol",
+    "BODY_TIMEOUT_S", "HEADER_TIMEOUT_S", "MAX_HEADERS", "MAX_HEAD_BYTES", "concurrency_limit", "limited_protocol",
     "raise_open_files_limit",
 ]
 
 MAX_HEAD_BYTES: Final = 64 * 1024  # request line and header fields together
 MAX_HEADERS: Final = 100
 HEADER_TIMEOUT_S: Final = 10.0
+BODY_TIMEOUT_S: Final = 30.0  # at most max_body_bytes (4 MiB) from a local client: generous
 # An idle kept-alive connection stays open this long. uvicorn's default (5 s) equals httpx's own
 # keep-alive expiry (the MCP python-sdk's client): a client reusing its connection just as the
 # router closed it lost that request (a ReadError in scripts/bench at 20 sessions). Longer than
@@ -61,6 +66,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     max_head_bytes: int = MAX_HEAD_BYTES
     max_headers: int = MAX_HEADERS
     header_timeout: float = HEADER_TIMEOUT_S
+    body_timeout: float = BODY_TIMEOUT_S
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -71,6 +77,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._in_message = False  # between a message's first byte and its end
         self._head_started = False  # ... and until its response is complete
         self._head_timer: asyncio.TimerHandle | None = None
+        self._in_body = False  # between a head's end and its message's end
+        self._body_timer: asyncio.TimerHandle | None = None
         self._refusal: http.HTTPStatus | None = None
 
     # -- connection --------------------------------------------------------------------------------
@@ -82,6 +90,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
+        self._cancel_body_timer()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -89,6 +98,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             return  # answered and closing: the rest is not parsed
         self._delivered = False
         super().data_received(data)
+        if self._in_body and self._body_timer is None and self._refusal is None:
+            self._body_timer = self.loop.call_later(self.body_timeout, self._body_timed_out)
         if self._delivered or not self._in_message or self._refusal is not None or self.transport.is_closing():
             return
         self._pending += len(data)  # all of this read went into something not yet ended
@@ -125,6 +136,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._got_something()
         self._cancel_head_timer()
+        self._in_body = True
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
@@ -133,7 +145,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._got_something()
-        self._in_message = False
+        self._in_message = self._in_body = False
+        if self._body_timer is not None:
+            self._cancel_body_timer()
         super().on_message_complete()
 
     # -- limits ------------------------------------------------------------------------------------
@@ -157,12 +171,14 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._cancel_head_timer()
         self._send_and_close(self._refusal)
 
-    def _send_and_close(self, status: http.HTTPStatus) -> None:
-        body = f"{status.phrase}\n".encode()
+    def _send_and_close(
+        self, status: http.HTTPStatus, body: bytes | None = None, content_type: bytes = b"text/plain; charset=utf-8"
+    ) -> None:
+        body = f"{status.phrase}\n".encode() if body is None else body
         head = [f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode()]
         head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
         head += [
-            b"content-type: text/plain; charset=utf-8\r\n",
+            b"content-type: " + content_type + b"\r\n",
             b"content-length: " + str(len(body)).encode() + b"\r\n",
             b"connection: close\r\n\r\n",
         ]
@@ -188,10 +204,27 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         else:
             self.transport.close()
 
+    def _cancel_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_timed_out(self) -> None:
+        """The app waits in ``receive`` for the rest: the close tells it the client is gone."""
+        self._body_timer = None
+        if self.transport.is_closing() or not self._in_body:
+            return
+        self._refusal = http.HTTPStatus.REQUEST_TIMEOUT
+        if self.cycle is not None and self.cycle.response_started:
+            self.transport.close()  # an app that answered before reading it all: nothing to add
+            return
+        message = f"Request Timeout: the body did not arrive within {self.body_timeout:g} s"
+        self._send_and_close(self._refusal, error_body(INVALID_REQUEST, message), b"application/json")
+
 
 def limited_protocol(
     *, max_head_bytes: int = MAX_HEAD_BYTES, max_headers: int = MAX_HEADERS,
-    header_timeout: float = HEADER_TIMEOUT_S,
+    header_timeout: float = HEADER_TIMEOUT_S, body_timeout: float = BODY_TIMEOUT_S,
 ) -> type[LimitedHttpToolsProtocol]:
     """The protocol class to pass as uvicorn's ``http``."""
 
@@ -201,6 +234,7 @@ def limited_protocol(
     Limited.max_head_bytes = max_head_bytes
     Limited.max_headers = max_headers
     Limited.header_timeout = header_timeout
+    Limited.body_timeout = body_timeout
     return Limited
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import subprocess
 import sys
@@ -50,7 +51,9 @@ async def _ok(scope: Any, receive: Any, send: Any) -> None:
 
 @pytest.fixture(scope="module")
 def port() -> Iterator[int]:
-    protocol = limited_protocol(max_head_bytes=HEAD_LIMIT, max_headers=FIELDS_LIMIT, header_timeout=TIMEOUT)
+    protocol = limited_protocol(
+        max_head_bytes=HEAD_LIMIT, max_headers=FIELDS_LIMIT, header_timeout=TIMEOUT, body_timeout=TIMEOUT
+    )
     with asgi_in_thread(_ok, http=protocol) as port:
         yield port
 
@@ -190,6 +193,27 @@ def test_a_trickled_header_is_cut_off(port: int) -> None:
         assert closed or answer, "a trickled header held the connection"
         assert time.monotonic() - started < TIMEOUT + 3
     assert answer == b"" or answer.startswith(b"HTTP/1.1 408")
+
+
+def test_a_trickled_body_gets_408_with_a_json_rpc_error_and_a_closed_connection(port: int) -> None:
+    """The head arrived whole, the body never does: the request held the connection for ever."""
+    with _connect(port) as s:
+        started = time.monotonic()
+        s.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+        answer = read_until_closed(s)
+    assert answer.startswith(b"HTTP/1.1 408"), answer
+    body = json.loads(answer.split(b"\r\n\r\n", 1)[1])
+    assert body["jsonrpc"] == "2.0" and "did not arrive" in body["error"]["message"]
+    assert time.monotonic() - started < CLOSE_WAIT
+
+
+def test_a_body_in_pieces_within_its_deadline_passes(port: int) -> None:
+    with _connect(port) as s:
+        s.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nConnection: close\r\n\r\n12345")
+        time.sleep(TIMEOUT / 3)  # the pause is the scenario: a body in two reads, within the deadline
+        s.sendall(b"67890")
+        answer = read_until_closed(s)
+    assert answer.startswith(b"HTTP/1.1 200") and b"ok 10" in answer, answer
 
 
 def test_a_silent_connection_is_closed(port: int) -> None:
