@@ -37,15 +37,15 @@ from router.sessions.control import ControlError, ControlSession
 from router.sessions.pooled import WARM_ARGS, WARM_TOOL, Pooled
 from router.sessions.roots import Roots
 from router.sessions.table import mint_session_id
+from router.sessions.warm_up import warm_browser
 from workers._exceptions import WorkerError
 from workers.supervisor import Supervisor, Worker
 
 log = logging.getLogger("mcp_router.pool")
 
 POLL: Final = 1.0  # re-check for free slots this often even when nothing signalled a change
-# Then one navigation (to nothing): node compiles its navigate-and-snapshot code on first use,
-# which a client's first call paid otherwise (its first navigate ~1.5x the next, here).
-WARM_NAVIGATE: Final = ("browser_navigate", {"url": "about:blank"})
+# The warm-up's own http page: the worker's port answers (403: not the worker's secret host name).
+WARM_URL: Final = "http://localhost:{port}/"
 # @playwright/mcp closes an idle browser after an hour without a completed tool call (headless
 # default); a pooled worker is poked well before that, which also checks it still answers.
 KEEP_WARM_EVERY: Final = 20 * 60.0
@@ -295,9 +295,11 @@ class WarmPool:
                     entry.browser = WARM_TOOL in await entry.control.tool_names()  # a stand-in has none
                     if entry.browser:
                         await entry.control.call(WARM_TOOL, WARM_ARGS)
-                        await entry.control.call(*WARM_NAVIGATE)
-                    entry.warmed_at = time.monotonic()
-                    entry.client, entry.stream = await self.clients.open_client(entry)
+                # Out of the bring-up slot: the browser is up, and a client's spawn may need it.
+                if entry.browser:
+                    await warm_browser(entry.control, WARM_URL.format(port=entry.worker.port))
+                entry.warmed_at = time.monotonic()
+                entry.client, entry.stream = await self.clients.open_client(entry)
                 if entry.worker.alive() and self._entries.get(entry.id) is entry:
                     entry.ready = True
         except Exception as exc:  # the pool is an optimisation: it must never take the router down
