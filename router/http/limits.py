@@ -190,9 +190,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer = self.loop.call_later(self.header_timeout, self._head_timed_out)
 
     def _cancel_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+        _cancel(self._head_timer)
+        self._head_timer = None
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
@@ -205,9 +204,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
 
     def _cancel_body_timer(self) -> None:
-        if self._body_timer is not None:
-            self._body_timer.cancel()
-            self._body_timer = None
+        _cancel(self._body_timer)
+        self._body_timer = None
 
     def _body_timed_out(self) -> None:
         """The app waits in ``receive`` for the rest: the close tells it the client is gone."""
@@ -220,6 +218,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             return
         message = f"Request Timeout: the body did not arrive within {self.body_timeout:g} s"
         self._send_and_close(self._refusal, error_body(INVALID_REQUEST, message), b"application/json")
+
+
+def _cancel(timer: asyncio.TimerHandle | None) -> None:
+    if timer is not None:
+        timer.cancel()
 
 
 def limited_protocol(
