@@ -205,6 +205,14 @@ def wait_worker_gone(router: RouterThread, session_id: str, worker: str) -> None
     wait_for(lambda: session.connection is None and not processes_for(state, worker), timeout=WORKER_GONE)
 
 
+def pause_all(router: RouterThread, clients: tuple[ClaudeCodeClient, ...]) -> None:
+    """The pause of several conversations: until each is dormant and its worker gone (the workers
+    read first: one conversation may be reaped while the wait is on another)."""
+    workers = [worker_of(router, cc.session_id) for cc in clients]
+    for cc, worker in zip(clients, workers, strict=True):
+        wait_worker_gone(router, cc.session_id, worker)
+
+
 def base_of(router: RouterThread) -> str:
     return router.url.removesuffix("/mcp")
 
@@ -262,9 +270,7 @@ def test_two_conversations_back_at_once_each_take_a_warm_worker(reaping: RouterT
     with ClaudeCodeClient(reaping.url) as first, ClaudeCodeClient(reaping.url) as second:
         pair = (first, second)
         befores = [sign_in(cc, pages, f"together{k}") for k, cc in enumerate(pair)]
-        workers = [worker_of(reaping, cc.session_id) for cc in pair]  # both before either is reaped
-        for cc, worker in zip(pair, workers, strict=True):
-            wait_worker_gone(reaping, cc.session_id, worker)
+        pause_all(reaping, pair)
         session = reaping.manager.sessions.get(first.session_id)
         assert session is not None
         pool = reaping.manager.pool
@@ -292,9 +298,7 @@ def test_with_memory_short_the_reserve_ends_its_extra_worker_and_both_still_resu
     with ClaudeCodeClient(reaping.url) as first, ClaudeCodeClient(reaping.url) as second:
         pair = (first, second)
         befores = [sign_in(cc, pages, f"short{k}") for k, cc in enumerate(pair)]
-        workers = [worker_of(reaping, cc.session_id) for cc in pair]  # both before either is reaped
-        for cc, worker in zip(pair, workers, strict=True):
-            wait_worker_gone(reaping, cc.session_id, worker)
+        pause_all(reaping, pair)
         warm = wait_for(lambda: (lambda ids: ids if len(ids) >= 2 else None)(pool.ready_ids()),
                         timeout=2 * RESERVE_READY)  # fmt: skip
         try:
