@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from bench_lib import commit, handshakes, handshakes_report, handshakes_resume, node_start, profile, report
+from bench_lib import commit, floor, handshakes, handshakes_report, handshakes_resume, node_start, profile, report
 from bench_lib import measure as m
 from bench_lib.client import McpSession
 from bench_lib.page import serve_page
@@ -65,7 +65,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--profile-path", default=REC, help="which router to profile (a variant's label)")
     p.add_argument(
         "--only",
-        default="latency,init,handshakes,node,commit,memory,throughput",
+        default="latency,init,handshakes,node,commit,floor,memory,throughput",
         help="phases to run (comma-separated; `--only handshakes` alone takes 1–2 min; `first-calls`: "
         "only its first call after a warm initialize, ~1 min; `resumes`: only the sessions resuming at once, "
         "~1 min)",
@@ -126,6 +126,7 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
     has_pool = "--warm-workers" in router_help(env)
 
     direct = rec = norec = sg = None
+    router_cpu: dict[str, float] = {}  # CPU ms per routed call in the latency rounds, by label
     if {"latency", "init"} & a.only:
         m.say("starting direct worker, routers (recording on/off)" + (", supergateway" if sg_entry else ""))
         direct = start_worker(env, DIRECT)
@@ -143,6 +144,7 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
             variant = start_router(env, label, *flags, src=None if src == "-" else ROOT / src)
             targets.append(variant)
             routers[label] = variant
+        await m.quiet("latency")
         m.say(f"latency: {a.iterations} interleaved rounds × {len(a.tools)} tools × {len(targets)} paths")
         lat = await m.latency(
             targets, routers, page, iterations=a.iterations, warmup=a.warmup, tools=a.tools, click_every=a.click_every
@@ -153,6 +155,7 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
             "",
         ]
         out += report.latency_table(lat, DIRECT, LABELS)
+        router_cpu = {LABELS[k]: v for k, v in lat.cpu_ms_per_call.items()}
         out += [
             "",
             "Router CPU per routed call (user + system, net of its idle rate): "
@@ -188,6 +191,7 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
 
     if "init" in a.only and direct and rec:
         rows: dict[str, m.InitResult] = {}
+        await m.quiet("initialize")
         m.say(f"initialize: {a.reps} new conversations per path")
         r = rows["direct worker (already running)"] = m.InitResult()
         await m.repeat(a.reps, lambda: m.init_once(direct, page, r), "direct")
@@ -261,6 +265,7 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
         goals += handshakes_report.goals(hs)
 
     if "node" in a.only and a.node_reps:
+        await m.quiet("node")
         m.say(f"node: the worker's node start-up, {a.node_reps} rounds")
         starts = node_start.node_starts(env, a.node_reps, v8_compile_cache=a.v8_compile_cache, newer_node=a.newer_node)
         out += [*node_start.table(starts), ""]
@@ -280,11 +285,20 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
         goals += handshakes_report.at_once_goals(once)
 
     if "commit" in a.only:
+        await m.quiet("commit")
         m.say("commit: the record's flush_rows() on a tool answer's path, in-process")
         committed = await commit.measure()
         out += [*commit.table(committed), ""]
         goals += [report.Goal(f"record commit on the answer's path, p50 (`{c.tool}`)", c.p50_us / 1000, 0.2,
                               unit=" ms") for c in committed]
+
+    floor_ms: float | None = None
+    if "floor" in a.only:
+        await m.quiet("floor")
+        m.say("floor: uvicorn alone, relaying, relaying with a commit")
+        floors = floor.measure(env)
+        floor_ms = floors[-1].cpu_ms_per_call
+        out += [*floor.table(floors, router_cpu), ""]
 
     mem_rows: list[m.MemoryRow] = []
     if "memory" in a.only:
@@ -326,6 +340,7 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
                 mem_rows.append(m.memory_row(router, sessions, "browsing (navigated)"))
                 m.say(f"  {level} browsing sessions: worker PSS {mem_rows[-1].worker_pss_kib / 1024:.0f} MiB")
             if "throughput" in a.only:
+                await m.quiet("throughput")
                 m.say(f"throughput: {len(sessions)} sessions × navigate+snapshot for {a.duration:.0f} s")
                 raw_tp = a.out.parent / "profile-throughput.txt"
                 spy = profile.start(router.child.pid, raw_tp) if a.profile else None
@@ -348,6 +363,7 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
                             tp.router_cpu_ms_per_call,
                             0.3,
                             unit=" ms",
+                            note="" if floor_ms is None else f"floor (uvicorn relay + one commit): {floor_ms:.2f} ms",
                         )
                     )
         finally:

@@ -26,7 +26,7 @@ from bench_lib.handshakes_resume import (
     first_calls,
     resumes_at_once,
 )
-from bench_lib.measure import BUTTON, med_ms, say
+from bench_lib.measure import BUTTON, med_ms, quiet, say
 from bench_lib.targets import Env, Target, start_router, start_worker
 
 from router.types import HANDSHAKE_VERSIONS
@@ -273,6 +273,7 @@ async def after_reap(env: Env, page: str, reps: int) -> tuple[ReapRow, ReapRow]:
                 opens = cc.get_opens
                 reaped = await wait_reaped(router, cc.session_id or "")
                 await asyncio.sleep(SETTLE)
+                await quiet("resume")
                 sent = time.perf_counter()
                 try:
                     _, dt = await cc.call("browser_click", element=CLICK, target=ref)
@@ -330,6 +331,7 @@ async def measure(
     direct = start_worker(env, "direct-hs")
     try:
         say(f"handshakes: cold, {reps} new conversations per path (a fresh router for each first one)")
+        await quiet("handshakes")
         cold = await cold_handshakes(env, direct, reps)
         say(f"handshakes: {at_once} at once × {rounds} rounds")
         router = start_router(env, "router-hs")

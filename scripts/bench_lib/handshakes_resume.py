@@ -11,7 +11,7 @@ from typing import Final
 
 from bench_lib.cc_client import CcSession
 from bench_lib.client import CallError, McpSession
-from bench_lib.measure import new_http, say, wait_pool
+from bench_lib.measure import new_http, quiet, say, wait_pool
 from bench_lib.targets import Env, Target, start_router
 
 STEADY_CALLS: Final = 3
@@ -85,6 +85,7 @@ async def first_calls(env: Env, page: str, reps: int) -> list[FirstCallRow]:
             for k in range(reps):
                 await wait_pool(router, 1)
                 await asyncio.sleep(PREPARED_WITHIN)
+                await quiet("first call")
                 await conversation(router, page, row)
                 say(f"  first call after warm initialize ({row.label[:20]}) {k + 1}/{reps}")
     finally:
@@ -110,6 +111,7 @@ async def resumes_at_once(env: Env, page: str, at_once: int, reap_idle: float, r
         for cc in sessions:
             await wait_reaped(router, cc.session_id or "")
         await wait_pool(router, min(reserve, at_once), within=RESERVE_READY_EACH * max(1, reserve))
+        await quiet("resumes at once")
 
         async def click(cc: CcSession, ref: str) -> float:
             _, dt = await cc.call("browser_click", element=CLICK, target=ref)

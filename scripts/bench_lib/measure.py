@@ -12,13 +12,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench_lib.client import CallError, McpSession, new_http
-from bench_lib.procs import chromium_count, cpu_seconds, cpu_seconds_fine, pss_kib, rss_kib
+from bench_lib.procs import chromium_count, cpu_seconds, cpu_seconds_fine, machine_busy_jiffies, pss_kib, rss_kib
 from bench_lib.targets import Target, healthz
 
 from workers.orphans import processes_for
 
 TOOLS = ("browser_snapshot", "browser_tabs", "browser_click")
 SETTLE_S = 1.5
+# A timed phase starts once the machine is this quiet over one window: the last phase's processes
+# (Chromium's exit, a pool's refill) would otherwise be measured as the next phase's router.
+QUIET_BUSY_SHARE = 0.2
+QUIET_WINDOW_S = 0.5
+QUIET_WITHIN_S = 30.0
 IDLE_WINDOW_S = 4.0  # a router's idle CPU rate, measured with the same sessions open
 BUTTON = re.compile(r'button "Press me" \[ref=(\w+)\]')
 
@@ -178,6 +183,22 @@ async def wait_pool(target: Target, size: int, within: float = 40.0) -> bool:
             return True
         await asyncio.sleep(0.1)
     return False
+
+
+async def quiet(label: str, within: float = QUIET_WITHIN_S) -> float:
+    """Until the whole machine is at most QUIET_BUSY_SHARE busy over one QUIET_WINDOW_S window (or
+    ``within`` has passed: said, and measured anyway); the share of the last window."""
+    end = time.perf_counter() + within
+    while True:
+        busy0, total0 = machine_busy_jiffies()
+        await asyncio.sleep(QUIET_WINDOW_S)
+        busy1, total1 = machine_busy_jiffies()
+        share = (busy1 - busy0) / max(1, total1 - total0)
+        if share <= QUIET_BUSY_SHARE:
+            return share
+        if time.perf_counter() >= end:
+            say(f"{label}: the machine stayed {share:.0%} busy for {within:.0f} s; measuring anyway")
+            return share
 
 
 async def repeat(reps: int, step: Callable[[], Awaitable[None]], label: str) -> None:

@@ -155,6 +155,13 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
+def machine_busy_jiffies() -> tuple[int, int]:
+    """(busy, total) clock ticks of all cores since boot (/proc/stat; idle and iowait are not busy)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    total = sum(fields)
+    return total - fields[3] - fields[4], total
+
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of one process."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

@@ -1,0 +1,99 @@
+"""The floor under the router's CPU per call, on this machine: what uvicorn costs answering by
+itself, relaying through the router's upstream client, and relaying with a parse and one SQLite
+commit per call (floor_apps.py). The router's own figure is read against these: the part above
+the last row is the router's sessions, security, record and continuity."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from typing import Final
+
+import httpx
+from bench_lib import floor_apps
+from bench_lib.procs import Spawned, cpu_seconds, free_port, wait_port
+from bench_lib.targets import Env
+
+WARMUP: Final = 300
+CALLS: Final = 3000
+TOOL_CALL: Final = {"name": "browser_tabs", "arguments": {"action": "list"}}
+REQUEST: Final = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": TOOL_CALL}).encode()
+HEADERS: Final = {
+    "content-type": "application/json",
+    "accept": "application/json, text/event-stream",
+    "mcp-session-id": "f" * 32,
+    "mcp-protocol-version": "2025-06-18",
+}
+APPS: Final = (
+    ("uvicorn answering by itself (a worker's fixed answer)", "answer"),
+    ("uvicorn relaying through the router's upstream client", "relay"),
+    ("… and parsing both bodies, one SQLite WAL commit per call", "recording_relay"),
+)
+
+
+@dataclass
+class FloorRow:
+    label: str
+    cpu_ms_per_call: float
+    wall_ms_per_call: float
+
+
+def _serve(env: Env, name: str, app: str, port: int, upstream: int | None) -> Spawned:
+    argv = [sys.executable, "-m", "uvicorn", f"bench_lib.floor_apps:{app}", "--port", str(port)]
+    argv += ["--loop", "uvloop", "--http", "httptools", "--log-level", "warning", "--no-access-log"]
+    scripts = env.root / "scripts"
+    environ = {"PYTHONPATH": f"{scripts}:{env.router_src or env.root}"}
+    if upstream is not None:
+        argv.append("--factory")
+        environ[floor_apps.UPSTREAM_PORT_ENV] = str(upstream)
+        environ[floor_apps.DB_ENV] = str(env.fresh_dir(f"floor-{name}") / "floor.db")
+    child = env.registry.spawn(name, argv, env=environ, log=env.logs / f"floor-{name}.log")
+    wait_port(port, 20, child)
+    return child
+
+
+def _drive(port: int, pid: int) -> tuple[float, float]:
+    with httpx.Client() as client:
+        url = f"http://127.0.0.1:{port}/mcp"
+        for _ in range(WARMUP):
+            client.post(url, content=REQUEST, headers=HEADERS).raise_for_status()
+        cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+        for _ in range(CALLS):
+            client.post(url, content=REQUEST, headers=HEADERS).raise_for_status()
+        return (cpu_seconds(pid) - cpu0) * 1000 / CALLS, (time.perf_counter() - t0) * 1000 / CALLS
+
+
+def measure(env: Env) -> list[FloorRow]:
+    """CPU per call of the serving process (user + system), one keep-alive client, in turn."""
+    upstream_port = free_port()
+    upstream = _serve(env, "answer", "answer", upstream_port, None)
+    rows: list[FloorRow] = []
+    try:
+        for label, app in APPS:
+            if app == "answer":
+                cpu, wall = _drive(upstream_port, upstream.pid)
+            else:
+                port = free_port()
+                relay = _serve(env, app, app, port, upstream_port)
+                try:
+                    cpu, wall = _drive(port, relay.pid)
+                finally:
+                    env.registry.stop(relay)
+            rows.append(FloorRow(label, cpu, wall))
+    finally:
+        env.registry.stop(upstream)
+    return rows
+
+
+def table(rows: list[FloorRow], router_cpu: dict[str, float]) -> list[str]:
+    out = [
+        f"### The floor under the router's CPU per call ({CALLS} calls each, one keep-alive client, in turn)",
+        "",
+        "| serving process | CPU ms per call | wall ms per call |",
+        "|---|---:|---:|",
+    ]
+    out += [f"| {r.label} | {r.cpu_ms_per_call:.3f} | {r.wall_ms_per_call:.3f} |" for r in rows]
+    out += [f"| {label} (latency rounds above, real worker) | {cpu:.3f} | — |" for label, cpu in router_cpu.items()]
+    return out

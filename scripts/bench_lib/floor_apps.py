@@ -1,0 +1,89 @@
+"""The ASGI apps of the floor phase (floor.py), each run by uvicorn as the router runs (uvloop,
+httptools). ``answer`` stands in for a worker: a fixed SSE answer of a tool call's size. ``relay``
+(a factory) forwards each POST to ``answer`` through the router's own upstream client and relays
+its bytes; ``recording_relay`` also parses both bodies and commits one row per call to a SQLite
+WAL file before answering, the least a recording proxy must do. Nothing else of the router runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from typing import Any, Final
+
+from router.http.upstream import UpstreamPool
+
+ANSWER: Final = (
+    b"event: message\ndata: "
+    + json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": "### Open tabs\n" + "x" * 600}]}}
+    ).encode()
+    + b"\n\n"
+)
+SSE_HEAD: Final = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+UPSTREAM_PORT_ENV: Final = "FLOOR_UPSTREAM_PORT"
+DB_ENV: Final = "FLOOR_DB"
+
+
+async def _body(receive: Any) -> bytes:
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body", False):
+            return body
+
+
+async def answer(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+        return
+    await _body(receive)
+    await send({"type": "http.response.start", "status": 200, "headers": SSE_HEAD})
+    await send({"type": "http.response.body", "body": ANSWER})
+
+
+class _Relay:
+    def __init__(self, *, record: bool) -> None:
+        self.record = record
+        self.pool: UpstreamPool | None = None
+        self.db: sqlite3.Connection | None = None
+
+    def _ready(self) -> tuple[UpstreamPool, sqlite3.Connection | None]:
+        if self.pool is None:
+            self.pool = UpstreamPool("127.0.0.1", int(os.environ[UPSTREAM_PORT_ENV]), "/mcp")
+            if self.record:
+                self.db = sqlite3.connect(os.environ[DB_ENV], isolation_level=None)
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=NORMAL")
+                self.db.execute("CREATE TABLE calls (id INTEGER PRIMARY KEY, method TEXT, request TEXT, answer TEXT)")
+        return self.pool, self.db
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        pool, db = self._ready()
+        body = await _body(receive)
+        headers = [(b"content-type", b"application/json"), (b"accept", b"application/json, text/event-stream")]
+        upstream = await pool.request("POST", headers, body)
+        answered = await upstream.aread()
+        await upstream.aclose()
+        if db is not None:
+            request = json.loads(body)
+            data = answered.split(b"data: ", 1)[1]
+            json.loads(data)
+            db.execute("BEGIN")
+            db.execute(
+                "INSERT INTO calls (method, request, answer) VALUES (?, ?, ?)",
+                (request.get("method"), body.decode(), data.decode()),
+            )
+            db.execute("COMMIT")
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEAD})
+        await send({"type": "http.response.body", "body": answered})
+
+
+def relay() -> _Relay:
+    return _Relay(record=False)
+
+
+def recording_relay() -> _Relay:
+    return _Relay(record=True)
