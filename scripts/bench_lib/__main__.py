@@ -68,7 +68,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="latency,init,handshakes,node,commit,floor,memory,throughput",
         help="phases to run (comma-separated; `--only handshakes` alone takes 1–2 min; `first-calls`: "
         "only its first call after a warm initialize, ~1 min; `resumes`: only the sessions resuming at once, "
-        "~1 min)",
+        "~1 min; `floor`: what uvicorn and a bare recording relay cost per call, ~30 s)",
     )
     p.add_argument(
         "--handshakes-at-once", type=int, default=20, help="concurrent Claude-Code-shaped handshakes (default 20)"
@@ -480,6 +480,8 @@ def update_readme(text: str, command: str) -> None:
         f"\n`scripts/bench` (set-up, then 5–10 minutes; `--quick` for about 2) measures the router "
         f"against a Playwright worker used directly and against supergateway, on a local test page, and "
         f"writes `.bench/latest.md`; `scripts/bench --update-readme` also refreshes this section. "
+        f"Each timed phase starts once the machine is quiet (at most 20 % busy over half a second, "
+        f"waiting up to 30 s), so that one phase's teardown is not measured as the next one's router. "
         f"The run below: `{command}`.\n\n{text}"
     )
     readme.write_text(content[:start] + section + ("\n" + content[end:] if nxt >= 0 else ""))

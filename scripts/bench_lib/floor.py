@@ -95,5 +95,6 @@ def table(rows: list[FloorRow], router_cpu: dict[str, float]) -> list[str]:
         "|---|---:|---:|",
     ]
     out += [f"| {r.label} | {r.cpu_ms_per_call:.3f} | {r.wall_ms_per_call:.3f} |" for r in rows]
-    out += [f"| {label} (latency rounds above, real worker) | {cpu:.3f} | — |" for label, cpu in router_cpu.items()]
+    rounds = "the latency rounds above (a real worker; its tools, clicks included)"
+    out += [f"| {label}, {rounds} | {cpu:.3f} | — |" for label, cpu in router_cpu.items()]
     return out
