@@ -88,9 +88,7 @@ def router_argv(
         "100",
         "--browser",
         env.browser,
-        "--log-level",
-        "warning",
-    ]
+    ]  # the default log level (info): each call's log line is part of what a call costs
     serve += env.router_args + extra
     src = src or env.router_src
     entry = env.root / ".venv" / "bin" / "mcp-router"
