@@ -15,7 +15,7 @@ from typing import Any, Final
 from router.sessions import statefiles
 from router.sessions.control import ControlError, ControlSession
 from router.sessions.storage_restore import restore_in_tab, sets_anything, split_origins
-from router.sessions.unrestored import Unrestored, left_out
+from router.sessions.unrestored import BLANK, Unrestored, left_out
 
 log = logging.getLogger("mcp_router.continuity")
 
@@ -64,7 +64,7 @@ async def restore_browser(
     reloads: int = frame if isinstance(frame, int) and 0 < frame <= MAX_REF_FRAME and current is not None else 0
     # A restore document loaded in the first tab stands in for one reload of the current page,
     # so only while that tab is the current one and loads a page after it.
-    first_is_current = bool(tabs) and tabs[0] != "about:blank" and _selected(tabs, current) == 0
+    first_is_current = bool(tabs) and tabs[0] != BLANK and _selected(tabs, current) == 0
     storage = state.get("storage")
     if isinstance(storage, dict):
         origins = storage.get("origins")
@@ -110,7 +110,7 @@ async def _open_tabs(control: ControlSession, tabs: list[str], current: str | No
     for index, url in enumerate(tabs):
         try:
             if index == 0:
-                if url != "about:blank":
+                if url != BLANK:
                     await control.call("browser_navigate", {"url": url})
             else:
                 await control.call("browser_tabs", {"action": "new", "url": url})

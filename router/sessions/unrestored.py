@@ -15,13 +15,13 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from router.sessions.storage_restore import is_restore_document
 
-__all__ = ["Unrestored", "left_out", "merged_storage", "merged_tabs", "not_a_page"]
+__all__ = ["BLANK", "Unrestored", "left_out", "merged_storage", "merged_tabs", "not_a_page"]
 
-BLANK = "about:blank"
+BLANK: Final = "about:blank"
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,6 @@ PROBE_WITHIN: Final = 30.0  # a just-started router's handshake cache is filled 
 REAPED_WITHIN: Final = 30.0
 ROOTS_WITHIN: Final = 10.0  # the worker asks roots/list at the session's first tool call
 PING_WITHIN: Final = 10.0  # a worker pings every 3 s once a GET stream is open
-SETTLE: Final = 0.5  # after a worker ends: its exit's CPU is not the next measurement's
 POLL: Final = 0.05
 CLICK: Final = "Press me button"
 
@@ -133,7 +132,7 @@ async def probe_done(router: Target) -> float | None:
     except CallError:
         return None
     took = time.perf_counter() - start
-    await asyncio.sleep(SETTLE)
+    await quiet("handshake cache")  # the probe worker's exit is not the next measurement's
     return took
 
 
@@ -205,7 +204,7 @@ async def cold_handshakes(
             await conversation(w, extra_s=time.perf_counter() - t0, row=d_cold)
         finally:
             env.registry.stop(w.child)
-        await asyncio.sleep(SETTLE)
+        await quiet("cold handshakes")
     first = HandshakeRow("router just started, no pool: its first conversation")
     later = HandshakeRow("router running: later new conversations")
     probes: list[float] = []
@@ -248,7 +247,7 @@ async def concurrent_handshakes(target: Target, label: str, at_once: int, rounds
             else:
                 row.init.append(r.initialize_s)
                 row.total.append(r.total_s)
-        await asyncio.sleep(SETTLE)
+        await quiet("concurrent handshakes")
     return row
 
 
@@ -272,7 +271,6 @@ async def after_reap(env: Env, page: str, reps: int) -> tuple[ReapRow, ReapRow]:
                 steady.calls.append(dt)
                 opens = cc.get_opens
                 reaped = await wait_reaped(router, cc.session_id or "")
-                await asyncio.sleep(SETTLE)
                 await quiet("resume")
                 sent = time.perf_counter()
                 try:
