@@ -75,6 +75,10 @@ class Settings(BaseSettings):
     # coming back at once need ten (scripts/bench --only resumes); a reserve only does ahead,
     # during the pause, the bring-up each resume needs anyway.
     resume_reserve: int = Field(default=10, ge=0)
+    # Seconds between the snapshots that keep a waiting warm worker's node and browser warm
+    # (router/sessions/pool.py): a first call after 5 min of waiting cost 1.3-1.6x a steady one.
+    # 0 turns them off (a call every 20 min still keeps the browser open).
+    keep_warm_interval: float = Field(default=30.0, ge=0)
     # Workers coming up (spawn, browser launch, restore) at once; the rest queue. None: one per core.
     bring_ups: int | None = Field(default=None, ge=1)
     session_retention_hours: float = 24.0  # a dormant session stays resumable this long

@@ -43,7 +43,12 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retention-days", type=float, help="how long the record keeps calls")
     p.add_argument("--warm-workers", type=int, help="workers kept spawned ahead of demand, browser launched")
     p.add_argument(
-        "--resume-reserve", type=int, help="warm workers kept while browsed sessions sleep (default 1; 0: off)"
+        "--resume-reserve", type=int, help="warm workers kept while browsed sessions sleep (default 10; 0: off)"
+    )
+    p.add_argument(
+        "--keep-warm-interval",
+        type=float,
+        help="seconds between the calls that keep a waiting warm worker warm (default 30; 0: off)",
     )
     p.add_argument(
         "--bring-ups", type=int, help="workers started (spawn, browser launch, restore) at once (default: one per core)"

@@ -117,6 +117,7 @@ def continuity_options(settings: Settings) -> dict[str, Any]:
         "max_live_workers": settings.max_live_workers,
         "warm_workers": settings.warm_workers,
         "resume_reserve": settings.resume_reserve,
+        "keep_warm_interval": settings.keep_warm_interval,
         "bring_ups": settings.bring_ups,
         "retention": settings.session_retention_hours * 3600.0,
         "health_interval": settings.health_interval,

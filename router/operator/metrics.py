@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
@@ -175,6 +175,11 @@ class _LiveCollector(Collector):
         warm = GaugeMetricFamily(f"{PREFIX}_warm_workers", "Warm workers ready in the pool (--warm-workers)")
         warm.add_metric([], len(self.manager.pool))
         yield warm
+        pokes = CounterMetricFamily(
+            f"{PREFIX}_warm_pokes", "Calls that kept waiting warm workers warm (--keep-warm-interval)"
+        )
+        pokes.add_metric([], self.manager.pool.pokes)
+        yield pokes
         by_state = Tally(s.state.value for s in self.manager.sessions)
         sessions = GaugeMetricFamily(f"{PREFIX}_sessions", "Sessions the router holds, by state", labels=["state"])
         for state, count in sorted(by_state.items()):

@@ -35,7 +35,7 @@ from router.sessions.bringup import BringUps, default_bring_ups, memory_below_fl
 from router.sessions.continuity import Continuity
 from router.sessions.handshake import HandshakeCache, probe
 from router.sessions.nodes import check_owner
-from router.sessions.pool import WarmPool
+from router.sessions.pool import KEEP_WARM_EVERY, WarmPool
 from router.sessions.renewal import renew_browser
 from router.sessions.serving import RequestServing
 from router.sessions.table import DORMANT, ENDED, RECORD_STATE, Session, SessionTable, State, check_session_id
@@ -78,6 +78,7 @@ class SessionManager:
         metrics: Metrics | None = None,
         warm_workers: int = 0,
         resume_reserve: int = 0,
+        keep_warm_interval: float = KEEP_WARM_EVERY,
         bring_ups: int | None = None,
         probe_handshake: bool = True,
         node_id: str | None = None,
@@ -121,6 +122,7 @@ class SessionManager:
             bring_ups=self.bring_ups,
             spare_memory=room_for_another_warm_worker,
             memory_short=memory_below_floor,
+            keep_warm_every=keep_warm_interval,
         )
         self.upkeep = Upkeep(
             sessions=self.sessions,

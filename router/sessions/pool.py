@@ -17,6 +17,13 @@ background, one worker at a time, only into free slots. When a session needs a s
 worker is ended before any live session is hibernated (``evict_one``). A pooled worker that dies
 is dropped and replaced, never handed out. Pooled workers have no Session: they are never reaped
 or health-checked as sessions, and shutdown ends them and deletes their directories.
+
+A worker that waits goes cold: minutes without a call, and node's and the tab renderer's code for
+a navigation are no longer ready, so the client's first call paid for them again (a Claude-Code-
+shaped first ``browser_navigate`` after 5 min: 1.32-1.59x a steady one, against ~0.9x just after
+the warm-up; scripts/bench --only aged). A waiting worker is therefore poked every
+``keep_warm_every`` seconds (30 by default) with a snapshot of its blank tab: read only; with it,
+0.81-1.10x, for ~1.7 ms of CPU a second per waiting worker.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from router.sessions.admission import Admission
 from router.sessions.bringup import BringUps, default_bring_ups
 from router.sessions.client_preparer import ClientPreparer
 from router.sessions.control import ControlError, ControlSession
-from router.sessions.pooled import WARM_ARGS, WARM_TOOL, Pooled
+from router.sessions.pooled import POKE_ARGS, POKE_TOOL, WARM_ARGS, WARM_TOOL, Pooled
 from router.sessions.roots import Roots
 from router.sessions.table import mint_session_id
 from router.sessions.warm_up import warm_browser
@@ -46,9 +53,14 @@ log = logging.getLogger("mcp_router.pool")
 POLL: Final = 1.0  # re-check for free slots this often even when nothing signalled a change
 # The warm-up's own http page: the worker's port answers (403: not the worker's secret host name).
 WARM_URL: Final = "http://localhost:{port}/"
+# Waiting workers are poked this often by default (--keep-warm-interval): node and the tab's
+# renderer kept a navigation's code ready 20-25 s after a call, not 55 s (measured with
+# @playwright/mcp 0.0.83 and chromium-headless-shell 156 on 2 cores).
+KEEP_WARM_EVERY: Final = 30.0
 # @playwright/mcp closes an idle browser after an hour without a completed tool call (headless
-# default); a pooled worker is poked well before that, which also checks it still answers.
-KEEP_WARM_EVERY: Final = 20 * 60.0
+# default); a pooled worker is poked well before that even with keep-warm off, which also checks
+# it still answers.
+KEEP_ALIVE_EVERY: Final = 20 * 60.0
 FAILURE_BACKOFF: Final = (1.0, 2.0, 5.0, 10.0, 30.0)
 CLOSE_WAIT: Final = 10.0
 # After a take, the refill waits this long: spawning node and launching Chromium would otherwise
@@ -69,13 +81,16 @@ class WarmPool:
         bring_ups: BringUps | None = None,
         spare_memory: Callable[[], bool] = lambda: True,
         memory_short: Callable[[], bool] = lambda: False,
+        keep_warm_every: float = KEEP_WARM_EVERY,
     ) -> None:
         """``size`` workers always (``--warm-workers``); ``extra_demand()`` more while it asks
         for them (the resume reserve: a dormant session will want one soon). Each fill waits
         its turn in ``bring_ups`` with the sessions' own spawns: a refill never makes a burst
         of resumes run more bring-ups at once than there are cores. Past ``size`` and the reserve's
         first worker, a fill also needs ``spare_memory()``: the reserve grows with the sessions
-        that went to sleep, never into swap; while ``memory_short()``, it shrinks back to them."""
+        that went to sleep, never into swap; while ``memory_short()``, it shrinks back to them.
+        A ready worker is poked every ``keep_warm_every`` seconds (0: only every 20 min, which
+        keeps its browser open)."""
         self.admission = admission
         self.bring_ups = bring_ups or BringUps(default_bring_ups())
         self.supervisor = supervisor
@@ -84,6 +99,8 @@ class WarmPool:
         self.extra_demand = extra_demand
         self.spare_memory = spare_memory
         self.memory_short = memory_short
+        self.poke_every = min(keep_warm_every, KEEP_ALIVE_EVERY) if keep_warm_every > 0 else KEEP_ALIVE_EVERY
+        self.pokes = 0  # keep-warm calls answered, since start (a counter in /metrics)
         self._entries: dict[str, Pooled] = {}  # filling and ready, in the order they were started
         self._changed = anyio.Event()
         self._became_ready = anyio.Event()  # set (and replaced) each time a worker is ready
@@ -147,7 +164,8 @@ class WarmPool:
         Synchronous: the entry leaves the pool before anyone else can look. Its slot under
         ``max_live_workers`` is held under its id, which becomes the session's id.
         """
-        for entry in [e for e in self._entries.values() if e.ready]:
+        # One being poked only when no other is ready: its snapshot is read only, but it is work.
+        for entry in sorted((e for e in self._entries.values() if e.ready), key=lambda e: e.poking):
             del self._entries[entry.id]
             self._signal()
             worker = entry.worker
@@ -225,7 +243,7 @@ class WarmPool:
                     self._entries[entry.id] = entry
                     await self._fill(entry)
                     continue
-                await self._keep_warm()
+                await self.keep_warm()
                 await self._trim()
                 await self.clients.refresh(
                     [e for e in self._entries.values() if e.ready], lambda e: self._entries.get(e.id) is e
@@ -326,18 +344,26 @@ class WarmPool:
                 entry.id, worker.port, worker.pid, (time.monotonic() - started) * 1000, len(self), self.target(),
             )  # fmt: skip
 
-    async def _keep_warm(self) -> None:
+    async def keep_warm(self) -> None:
+        """Pokes each ready worker that waited ``poke_every`` since its last call (one at a time:
+        a worker that stopped answering is ended and replaced)."""
         now = time.monotonic()
-        for entry in [e for e in self._entries.values() if e.ready and now - e.warmed_at >= KEEP_WARM_EVERY]:
+        for entry in [e for e in self._entries.values() if e.ready and now - e.warmed_at >= self.poke_every]:
             control = entry.control
+            if self._entries.get(entry.id) is not entry or control is None:
+                continue  # taken meanwhile
+            entry.poking = True
             try:
-                if control is not None and WARM_TOOL in await control.tool_names():
-                    await control.call(WARM_TOOL, WARM_ARGS)
+                if entry.browser:
+                    await control.call(POKE_TOOL, POKE_ARGS)
+                    self.pokes += 1
                 entry.warmed_at = time.monotonic()
             except ControlError as exc:
                 if self._entries.pop(entry.id, None) is entry:
                     log.warning("warm worker stopped answering id=%s: %s", entry.id, exc)
                     await self._discard(entry)
+            finally:
+                entry.poking = False
 
     # -- ending ----------------------------------------------------------------------------------
 

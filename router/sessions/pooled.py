@@ -14,6 +14,10 @@ from workers.supervisor import Worker
 
 WARM_TOOL: Final = "browser_tabs"  # launches the browser; lists the about:blank tab
 WARM_ARGS: Final = {"action": "list"}
+# What keeps a waiting worker warm (pool.py, keep_warm): a snapshot of its about:blank tab, read
+# only, ~10-25 ms of CPU between node and the browser.
+POKE_TOOL: Final = "browser_snapshot"
+POKE_ARGS: Final[dict[str, str]] = {}
 
 
 @dataclass(eq=False)
@@ -32,5 +36,6 @@ class Pooled:
     ready: bool = False
     started: bool = False  # holds a bring-up slot: spawning or launching, not queued
     warmed_at: float = 0.0  # monotonic; last tool call that kept the browser up
+    poking: bool = False  # a keep-warm call is on its way: taken only when no other one is ready
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     done: anyio.Event = field(default_factory=anyio.Event)  # filling finished, either way

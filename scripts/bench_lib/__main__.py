@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from bench_lib import commit, floor, handshakes, handshakes_report, handshakes_resume, node_start, profile, report
+from bench_lib import aged, commit, floor, handshakes, handshakes_report, handshakes_resume, node_start, profile, report
 from bench_lib import measure as m
 from bench_lib.client import McpSession
 from bench_lib.page import serve_page
@@ -68,7 +68,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="latency,init,handshakes,node,commit,floor,memory,throughput",
         help="phases to run (comma-separated; `--only handshakes` alone takes 1–2 min; `first-calls`: "
         "only its first call after a warm initialize, ~1 min; `resumes`: only the sessions resuming at once, "
-        "~1 min; `floor`: what uvicorn and a bare recording relay cost per call, ~30 s)",
+        "~1 min; `floor`: what uvicorn and a bare recording relay cost per call, ~30 s; `aged`, not in the "
+        "default: first calls after warm workers waited --aged-idle s, kept warm and not, ~7 min)",
     )
     p.add_argument(
         "--handshakes-at-once", type=int, default=20, help="concurrent Claude-Code-shaped handshakes (default 20)"
@@ -79,6 +80,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--resume-at-once-reserve", type=int, default=10,
         help="--resume-reserve of that router (memory for latency; 10, the router's default)",
     )
+    p.add_argument("--aged-idle", type=float, default=aged.AGED_IDLE, help="seconds warm workers wait (`aged`)")
+    p.add_argument("--aged-interval", type=float, help="--keep-warm-interval of the kept router in `aged`")
+    p.add_argument("--aged-reps", type=int, default=5, help="conversations per router in `aged` (default 5)")
     p.add_argument("--node-reps", type=int, default=5, help="rounds of the worker's node start-up (0: skip)")
     p.add_argument("--v8-compile-cache", type=Path, help="v8-compile-cache.js: also time node with it")
     p.add_argument("--newer-node", type=Path, help="a newer node binary: also time it with NODE_COMPILE_CACHE")
@@ -275,6 +279,12 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
         rows = await handshakes_resume.first_calls(env, page, a.reps)
         out += [*handshakes_report.first_call_table(rows), ""]
         goals += handshakes_report.first_call_goals(rows)
+
+    if "aged" in a.only:
+        m.say(f"aged: first calls after warm workers waited {a.aged_idle:g} s, kept warm and not")
+        rows = await aged.aged_first_calls(env, page, a.aged_reps, a.aged_idle, a.aged_interval)
+        out += [*aged.table(rows, a.aged_idle), ""]
+        goals += aged.goals(rows, a.aged_idle)
 
     if "resumes" in a.only and "handshakes" not in a.only and a.resume_at_once:  # the handshakes phase has them
         m.say(f"{a.resume_at_once} sessions resuming at once, --resume-reserve {a.resume_at_once_reserve}")

@@ -67,19 +67,20 @@ def tables(r: HandshakeResults) -> list[str]:
     return out + resume_tables(r)
 
 
-def first_call_table(rows: list[FirstCallRow]) -> list[str]:
+def first_call_table(
+    rows: list[FirstCallRow], heading: str = "First call after a warm `initialize` (`--warm-workers 1`"
+) -> list[str]:
     out: list[str] = []
     if rows:
         out += [
             "",
-            "### First call after a warm `initialize` (`--warm-workers 1`; `browser_navigate`, then "
-            f"{STEADY_CALLS} more on the same session)",
+            f"### {heading}; `browser_navigate`, then {STEADY_CALLS} more on the same session)",
             "",
             "| client | n | first call p50 ms | steady p50 ms | first ÷ steady | note |",
             "|---|---:|---:|---:|---:|---|",
         ]
         for row in rows:
-            ratio = f"{pct(row.first, 50) / pct(row.steady, 50):.2f}×" if row.first and row.steady else "—"
+            ratio = f"{r:.2f}×" if (r := row.ratio()) is not None else "—"
             out.append(
                 f"| {row.label} | {len(row.first)} | {_ms(row.first)} | {_ms(row.steady)} | {ratio} | {row.note} |"
             )
@@ -90,7 +91,7 @@ def first_call_goals(rows: list[FirstCallRow]) -> list[Goal]:
     return [
         Goal(
             f"first call after warm `initialize` ÷ steady call ({row.label})",
-            pct(row.first, 50) / pct(row.steady, 50) if row.first and row.steady else None,
+            row.ratio(),
             1.2,
             note=f"{_ms(row.first)} ms vs {_ms(row.steady)} ms",
         )

@@ -11,7 +11,7 @@ from typing import Final
 
 from bench_lib.cc_client import CcSession
 from bench_lib.client import CallError, McpSession
-from bench_lib.measure import new_http, quiet, say, wait_pool
+from bench_lib.measure import new_http, pct, quiet, say, wait_pool
 from bench_lib.targets import Env, Target, start_router
 
 STEADY_CALLS: Final = 3
@@ -25,6 +25,15 @@ class FirstCallRow:
     first: list[float] = field(default_factory=list)  # seconds
     steady: list[float] = field(default_factory=list)
     note: str = ""
+
+    def ratio(self) -> float | None:
+        """First call p50 ÷ steady call p50."""
+        return pct(self.first, 50) / pct(self.steady, 50) if self.first and self.steady else None
+
+    def each(self) -> list[float]:
+        """Each conversation's first call ÷ the p50 of its own steady calls."""
+        steady = [self.steady[k * STEADY_CALLS : (k + 1) * STEADY_CALLS] for k in range(len(self.first))]
+        return [first * 1000 / pct(own, 50) for first, own in zip(self.first, steady, strict=True)]
 
 
 @dataclass
@@ -60,7 +69,7 @@ async def _plain_conversation(target: Target, page: str, row: FirstCallRow | Non
         await s.http.aclose()
 
 
-async def _cc_conversation(target: Target, page: str, row: FirstCallRow | None) -> None:
+async def cc_conversation(target: Target, page: str, row: FirstCallRow | None) -> None:
     cc = CcSession(target.endpoint)
     try:
         await cc.handshake()
@@ -79,7 +88,7 @@ async def first_calls(env: Env, page: str, reps: int) -> list[FirstCallRow]:
     )
     router = start_router(env, "router-first-call", "--warm-workers", "1")
     try:
-        for row, conversation in ((plain, _plain_conversation), (cc, _cc_conversation)):
+        for row, conversation in ((plain, _plain_conversation), (cc, cc_conversation)):
             await wait_pool(router, 1)
             await conversation(router, page, None)  # untimed: the pool learns this client's shape
             for k in range(reps):

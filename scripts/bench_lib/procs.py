@@ -194,6 +194,11 @@ def tree_pss(state_dir: Path, session: str | None = None) -> tuple[int, int]:
     return pss_kib(pids), len(pids)
 
 
+def tree_cpu_seconds(router_pid: int, state_dir: Path) -> float:
+    """CPU time of a router and of every worker process (node, Chromium) under its state dir."""
+    return sum(cpu_seconds_fine(pid) for pid in [router_pid, *processes_for(state_dir)])
+
+
 def chromium_count(state_dir: Path) -> int:
     """Browser main processes (not zygotes/renderers) started under state_dir."""
     n = 0

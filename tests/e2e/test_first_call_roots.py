@@ -33,6 +33,8 @@ LONG_ROOTS_WAIT: Final = 30.0
 PROMPTLY: Final = 10.0
 # The grace a client's GET stream gets to open, made long: the test opens it once the router waits.
 LONG_STREAM_GRACE: Final = 30.0
+FAST_POKES: Final = 0.2  # the pool's refill loop looks once a second: about a poke a second
+POKES_WITHIN: Final = 20.0
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +80,38 @@ def test_a_roots_client_gets_a_session_warmed_with_its_roots(warm_router: Router
         assert pinged["requests_seen"].get("ping@get", 0) >= 1, pinged["requests_seen"]
         again, _ = cc.call("browser_snapshot", timeout=CALL_LIMIT)
         assert "Second" in again
+
+
+def test_a_worker_kept_warm_while_it_waits_still_hands_over_its_prepared_session(
+    warm_router: RouterThread, pages: str
+) -> None:
+    """Claude Code comes back to a worker that waited minutes: the pool poked it meanwhile (a
+    snapshot on its control session, so its first call is not a cold one). The pokes leave the
+    prepared session and its held GET stream alone, and the browser as the warm-up left it: the
+    client gets that session, one tab, its page."""
+    router = warm_router
+    pool = router.manager.pool
+    teach(router, pages)
+    [warmed] = wait_for(pool.warmed_sessions, timeout=WARMED_WITHIN)
+    every = pool.poke_every
+    pool.poke_every = FAST_POKES
+    try:
+        start = pool.pokes
+        wait_for(lambda: pool.pokes >= start + 3, timeout=POKES_WITHIN)
+    finally:
+        pool.poke_every = every
+    assert pool.warmed_sessions() == [warmed], "a poke cost the prepared session its stream"
+    assert f"mcp_router_warm_pokes_total {float(pool.pokes)}".encode() in router.app.state.metrics.render()
+
+    with ClaudeCodeClient(router.url) as cc:
+        cc.wait_status(lambda s: s["roots_list_answered"] >= 1, ROOTS_WITHIN, "the router's roots/list")
+        text, _ = cc.call("browser_navigate", timeout=CALL_LIMIT, url=f"{pages}/second")
+        assert "- Page Title: Second" in text, text
+        session = router.manager.sessions.get(cc.session_id)
+        assert session is not None and session.worker_session_id == warmed, "not the warmed session"
+        tabs, _ = cc.call("browser_tabs", timeout=CALL_LIMIT, action="list")
+        assert tabs.count("- 0:") == 1 and "- 1:" not in tabs and "Second" in tabs, tabs
+        cc.wait_status(lambda s: s["pings_answered"] >= 1, PINGS_WITHIN, "the worker's pings")
 
 
 def test_a_roots_client_without_a_get_stream_is_answered_at_once(warm_router: RouterThread, pages: str) -> None:

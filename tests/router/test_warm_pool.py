@@ -8,11 +8,12 @@ import signal
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 from router.sessions.admission import Admission
-from router.sessions.pool import WarmPool
-from router.sessions.pooled import Pooled
+from router.sessions.control import ControlError
+from router.sessions.pool import KEEP_ALIVE_EVERY, WarmPool
+from router.sessions.pooled import POKE_ARGS, POKE_TOOL, Pooled
 from router.sessions.table import State
 from tests.support import RawClient, RouterThread, router_settings, wait_for, whoami
 from workers.orphans import processes_for
@@ -171,6 +172,84 @@ async def test_take_skips_a_dead_worker() -> None:
     assert pool.take() is live
     assert "dead" not in admission and "live" in admission  # the dead one's slot was freed at once
     assert pool.take() is None
+
+
+class _Control:
+    """A pooled worker's control session that records its calls; ``hold`` keeps a call waiting
+    (a poke on its way), ``refuse`` makes the worker refuse."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any] | None]] = []
+        self.hold: asyncio.Event | None = None
+        self.refuse = False
+
+    async def call(self, tool: str, arguments: dict[str, Any] | None = None) -> str:
+        self.calls.append((tool, arguments))
+        if self.hold is not None:
+            await self.hold.wait()
+        if self.refuse:
+            raise ControlError("worker gone")
+        return ""
+
+
+def _keep_warm_pool(ids: list[str], every: float = 30.0) -> tuple[WarmPool, dict[str, _Control]]:
+    forgotten: list[str] = []
+
+    async def forget(session_id: str) -> None:
+        forgotten.append(session_id)
+
+    supervisor: Any = SimpleNamespace(forget=forget)
+    admission = Admission(supervisor, max_live_workers=len(ids))
+    pool = WarmPool(
+        admission=admission, supervisor=supervisor, size=len(ids), start_soon=lambda job: None, keep_warm_every=every
+    )
+    controls = {}
+    for session_id in ids:
+        assert admission.try_admit(session_id)
+        worker: Any = SimpleNamespace(alive=lambda: True, stopping=False, port=1, pid=1)
+        controls[session_id] = control = _Control()
+        entry = Pooled(session_id, worker=worker, control=cast(Any, control), browser=True, ready=True)
+        entry.warmed_at = time.monotonic()
+        pool._entries[session_id] = entry
+    return pool, controls
+
+
+async def test_a_waiting_worker_is_poked_with_a_snapshot_once_its_interval_is_up() -> None:
+    pool, controls = _keep_warm_pool(["a"], every=0.2)
+    await pool.keep_warm()
+    assert controls["a"].calls == []  # warmed just now
+    await asyncio.sleep(0.25)
+    await pool.keep_warm()
+    await pool.keep_warm()  # the interval starts again at each poke
+    assert controls["a"].calls == [(POKE_TOOL, POKE_ARGS)]
+    assert pool.pokes == 1
+    await asyncio.sleep(0.25)
+    controls["a"].refuse = True
+    await pool.keep_warm()  # a worker that stopped answering is ended, not handed out
+    assert pool.ready_ids() == [] and pool.take() is None and pool.pokes == 1
+
+
+async def test_off_keeps_only_the_browsers_keep_alive() -> None:
+    pool, _ = _keep_warm_pool(["a"], every=0)
+    assert pool.poke_every == KEEP_ALIVE_EVERY  # @playwright/mcp closes a browser idle for an hour
+    pool, _ = _keep_warm_pool(["a"], every=KEEP_ALIVE_EVERY * 2)
+    assert pool.poke_every == KEEP_ALIVE_EVERY
+
+
+async def test_take_prefers_a_worker_not_being_poked_and_hands_one_out_if_it_is_the_last() -> None:
+    pool, controls = _keep_warm_pool(["first", "second"], every=0.01)
+    hold = controls["first"].hold = asyncio.Event()
+    await asyncio.sleep(0.02)
+    poking = asyncio.create_task(pool.keep_warm())
+    await asyncio.sleep(0.01)  # "first" is being poked, "second" waits its turn
+    assert controls["first"].calls and not controls["second"].calls
+    taken = pool.take()
+    assert taken is not None and taken.id == "second"
+    last = pool.take()  # its poke is read only: better than a cold spawn
+    assert last is not None and last.id == "first" and last.poking
+    hold.set()
+    await poking
+    assert not last.poking and pool.pokes == 1
 
 
 def test_the_next_client_gets_the_session_the_pool_opened_in_its_shape(state_dir: Path) -> None:
