@@ -18,12 +18,10 @@ worker is ended before any live session is hibernated (``evict_one``). A pooled 
 is dropped and replaced, never handed out. Pooled workers have no Session: they are never reaped
 or health-checked as sessions, and shutdown ends them and deletes their directories.
 
-A worker that waits goes cold: minutes without a call, and node's and the tab renderer's code for
-a navigation are no longer ready, so the client's first call paid for them again (a Claude-Code-
-shaped first ``browser_navigate`` after 5 min: 1.32-1.59x a steady one, against ~0.9x just after
-the warm-up; scripts/bench --only aged). A waiting worker is therefore poked every
-``keep_warm_every`` seconds (30 by default) with a snapshot of its blank tab: read only; with it,
-0.81-1.10x, for ~1.7 ms of CPU a second per waiting worker.
+A worker that waits goes cold (node's code for a navigation): a first call after 5 min cost
+1.47-1.56x a steady one, ~0.9x just after the warm-up (scripts/bench --only aged). So a waiting
+worker gets a snapshot of its blank tab every ``keep_warm_every`` seconds (``keep_warm``; 30 by
+default): 0.94-0.95x, for ~1.6 ms of CPU a second per waiting worker.
 """
 
 from __future__ import annotations
@@ -53,9 +51,8 @@ log = logging.getLogger("mcp_router.pool")
 POLL: Final = 1.0  # re-check for free slots this often even when nothing signalled a change
 # The warm-up's own http page: the worker's port answers (403: not the worker's secret host name).
 WARM_URL: Final = "http://localhost:{port}/"
-# Waiting workers are poked this often by default (--keep-warm-interval): node and the tab's
-# renderer kept a navigation's code ready 20-25 s after a call, not 55 s (measured with
-# @playwright/mcp 0.0.83 and chromium-headless-shell 156 on 2 cores).
+# Waiting workers are poked this often by default (--keep-warm-interval): node kept a
+# navigation's code ready 20-25 s after a call, not 55 s (@playwright/mcp 0.0.83, 2 cores).
 KEEP_WARM_EVERY: Final = 30.0
 # @playwright/mcp closes an idle browser after an hour without a completed tool call (headless
 # default); a pooled worker is poked well before that even with keep-warm off, which also checks

@@ -69,7 +69,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="phases to run (comma-separated; `--only handshakes` alone takes 1–2 min; `first-calls`: "
         "only its first call after a warm initialize, ~1 min; `resumes`: only the sessions resuming at once, "
         "~1 min; `floor`: what uvicorn and a bare recording relay cost per call, ~30 s; `aged`, not in the "
-        "default: first calls after warm workers waited --aged-idle s, kept warm and not, ~7 min)",
+        "default: first calls and resumes after warm workers waited --aged-idle s, kept warm and not, ~8 min)",
     )
     p.add_argument(
         "--handshakes-at-once", type=int, default=20, help="concurrent Claude-Code-shaped handshakes (default 20)"
@@ -281,17 +281,17 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
         goals += handshakes_report.first_call_goals(rows)
 
     if "aged" in a.only:
-        m.say(f"aged: first calls after warm workers waited {a.aged_idle:g} s, kept warm and not")
-        rows = await aged.aged_first_calls(env, page, a.aged_reps, a.aged_idle, a.aged_interval)
-        out += [*aged.table(rows, a.aged_idle), ""]
-        goals += aged.goals(rows, a.aged_idle)
+        m.say(f"aged: first calls and resumes after warm workers waited {a.aged_idle:g} s, kept warm and not")
+        firsts, resumes = await aged.aged(env, page, a.aged_reps, a.aged_idle, a.aged_interval)
+        out += [*aged.tables(firsts, resumes, a.aged_idle), ""]
+        goals += aged.goals(firsts, resumes, a.aged_idle)
 
     if "resumes" in a.only and "handshakes" not in a.only and a.resume_at_once:  # the handshakes phase has them
         m.say(f"{a.resume_at_once} sessions resuming at once, --resume-reserve {a.resume_at_once_reserve}")
         once = await handshakes_resume.resumes_at_once(
             env, page, a.resume_at_once, handshakes.REAP_IDLE, a.resume_at_once_reserve
         )
-        out += [*handshakes_report.at_once_table(once), ""]
+        out += [*handshakes_report.at_once_table([once]), ""]
         goals += handshakes_report.at_once_goals(once)
 
     if "commit" in a.only:

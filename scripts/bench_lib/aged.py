@@ -1,74 +1,151 @@
-"""The first call of a conversation that comes to a warm worker after it waited minutes, as
-Claude Code comes back to a new conversation or after a pause (`--only aged`, ~7 min, not in the
+"""What a conversation waits for when the warm worker it takes waited minutes, as Claude Code's do:
+a new conversation's first call, and a resume after a pause (`--only aged`, ~8 min, not in the
 default phases). Two routers side by side, interleaved: one keeping its waiting workers warm (the
 default, a snapshot every 30 s) and one with ``--keep-warm-interval 0``."""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Final
 
-from bench_lib.handshakes_report import first_call_table
-from bench_lib.handshakes_resume import FirstCallRow, cc_conversation
+import httpx
+from bench_lib.cc_client import CcSession
+from bench_lib.client import CallError
+from bench_lib.handshakes import CLICK, REAP_IDLE, open_page, wait_reaped
+from bench_lib.handshakes_report import at_once_table, first_call_table
+from bench_lib.handshakes_resume import AtOnceRow, FirstCallRow, cc_conversation
 from bench_lib.measure import pct, quiet, say, wait_pool
 from bench_lib.procs import tree_cpu_seconds
 from bench_lib.report import Goal
-from bench_lib.targets import Env, start_router
+from bench_lib.targets import Env, Target, start_router
+
+from router.types import ACTION_HEADER
 
 AGED_IDLE: Final = 300.0  # seconds a warm worker waits (at 180 s the first call had not slowed yet)
 READY_EACH: Final = 40.0  # a warm worker's spawn and browser launch, on a loaded machine
 
 
-async def aged_first_calls(
+@dataclass
+class _Side:
+    """One router of the two, its rows, and its sessions asleep."""
+
+    router: Target
+    first: FirstCallRow
+    resumed: AtOnceRow
+    sleepers: list[tuple[CcSession, str]]  # a session asleep and the ref it will click
+
+    def expected_pool(self, reps: int, resumed: int) -> int:
+        """Its warm workers, plus the reserve's one per session still asleep."""
+        return reps + reps - resumed
+
+
+async def aged(
     env: Env, page: str, reps: int, idle: float = AGED_IDLE, interval: float | None = None
-) -> list[FirstCallRow]:
-    """``reps`` warm workers per router wait ``idle`` s; then each takes one Claude-Code-shaped
-    conversation in turn, the routers alternating, each once both pools are full again and the
-    machine is quiet. While they wait, the
-    CPU of each router's whole tree (router, node, Chromium) is read: what keeping warm costs."""
+) -> tuple[list[FirstCallRow], list[AtOnceRow]]:
+    """Per router: ``reps`` Claude-Code-shaped sessions open a page and sleep (reaped after
+    REAP_IDLE s; the resume reserve readies a worker for each), and ``reps`` warm workers wait
+    besides. All wait ``idle`` s, the CPU of each router's whole tree (router, node, Chromium)
+    read meanwhile: what keeping warm costs. Then, ``reps`` times: a new conversation's first call
+    on each router in turn, then one sleeper's click on its old ref on each; each once both pools
+    are full again (a first call's take refills its pool 3 s later) and the machine is quiet."""
     every = [] if interval is None else ["--keep-warm-interval", f"{interval:g}"]
-    kept = FirstCallRow(f"kept warm (a snapshot every {interval:g} s)" if every else "kept warm (the default, 30 s)")
-    cold = FirstCallRow("`--keep-warm-interval 0`")
-    routers = [
-        (kept, start_router(env, "router-aged-kept", "--warm-workers", str(reps), *every)),
-        (cold, start_router(env, "router-aged-cold", "--warm-workers", str(reps), "--keep-warm-interval", "0")),
+    label = f"kept warm (a snapshot every {interval:g} s)" if every else "kept warm (the default, 30 s)"
+    flags = ["--warm-workers", str(reps), "--idle-timeout", f"{REAP_IDLE:g}"]
+    sides = [
+        _Side(start_router(env, "router-aged-kept", *flags, *every), FirstCallRow(label), AtOnceRow(label, 1), []),
+        _Side(
+            start_router(env, "router-aged-cold", *flags, "--keep-warm-interval", "0"),
+            FirstCallRow("`--keep-warm-interval 0`"),
+            AtOnceRow("`--keep-warm-interval 0`", 1),
+            [],
+        ),
     ]
     try:
-        for _, router in routers:
-            await wait_pool(router, 1, within=READY_EACH)
-            await cc_conversation(router, page, None)  # untimed: the pool learns the client's shape
-        for _, router in routers:
-            await wait_pool(router, reps, within=READY_EACH * reps)
-        say(f"aged: {reps} warm workers per router wait {idle:.0f} s")
-        before = [tree_cpu_seconds(r.child.pid, r.state_dir) for _, r in routers]
+        for side in sides:
+            for _ in range(reps):
+                cc = CcSession(side.router.endpoint)
+                side.sleepers.append((cc, await open_page(cc, page)))
+            # Untimed: the pool learns the client's shape.
+            await _end(side.router, await cc_conversation(side.router, page, None))
+        for side in sides:
+            for cc, _ in side.sleepers:
+                await wait_reaped(side.router, cc.session_id or "")
+        for side in sides:
+            await wait_pool(side.router, side.expected_pool(reps, 0), within=READY_EACH * 2 * reps)
+        say(f"aged: {2 * reps} warm workers per router ({reps} of them the resume reserve) wait {idle:.0f} s")
+        before = [tree_cpu_seconds(side.router.child.pid, side.router.state_dir) for side in sides]
         await asyncio.sleep(idle)  # what is measured: a worker that waited this long
-        after = [tree_cpu_seconds(r.child.pid, r.state_dir) for _, r in routers]
-        for (row, _), cpu0, cpu1 in zip(routers, before, after, strict=True):
-            row.note = f"while waiting: {(cpu1 - cpu0) * 1000 / idle / reps:.1f} ms of CPU a second per warm worker"
+        for side, cpu0 in zip(sides, before, strict=True):
+            cpu = tree_cpu_seconds(side.router.child.pid, side.router.state_dir) - cpu0
+            side.first.note = f"while waiting: {cpu * 1000 / idle / (2 * reps):.1f} ms of CPU a second per warm worker"
         for k in range(reps):
-            for row, router in routers:
-                # Each take refills its pool (a spawn and a browser launch, 3 s later): measured on
-                # a machine where both pools are full again, the oldest workers are taken first.
-                for _, each in routers:
-                    await wait_pool(each, reps, within=READY_EACH)
-                await quiet("aged first call")
-                await cc_conversation(router, page, row)
-            say(f"  first call after {idle:.0f} s of waiting {k + 1}/{reps}")
+            for side in sides:
+                await _settled(sides, reps)
+                await _end(side.router, await cc_conversation(side.router, page, side.first))
+            for side in sides:
+                await _settled(sides, reps)
+                await _resume(side, k)
+            say(f"  first call and resume after {idle:.0f} s of waiting {k + 1}/{reps}")
     finally:
-        for _, router in routers:
-            env.registry.stop(router.child)
-    return [kept, cold]
+        await asyncio.gather(*(cc.close() for side in sides for cc, _ in side.sleepers))
+        for side in sides:
+            env.registry.stop(side.router.child)
+    return [side.first for side in sides], [side.resumed for side in sides]
 
 
-def table(rows: list[FirstCallRow], idle: float) -> list[str]:
-    for row in rows:
+async def _settled(sides: list[_Side], reps: int) -> None:
+    for side in sides:
+        resumed = len(side.resumed.calls) + side.resumed.failures
+        await wait_pool(side.router, side.expected_pool(reps, resumed), within=READY_EACH)
+    await quiet("aged call")
+
+
+async def _resume(side: _Side, k: int) -> None:
+    cc, ref = side.sleepers[k]
+    try:
+        _, dt = await cc.call("browser_click", element=CLICK, target=ref)
+        side.resumed.calls.append(dt)
+    except CallError as exc:
+        side.resumed.failures += 1
+        side.resumed.first_failure = side.resumed.first_failure or str(exc)[:200]
+    await cc.close()
+    await _end(side.router, cc.session_id or "")
+
+
+async def _end(router: Target, session_id: str) -> None:
+    """Ends a measured session before it is reaped (REAP_IDLE s): asleep, it would have the
+    reserve ready one more worker, a spawn in the middle of the next measurement."""
+    headers = {**router.endpoint.headers(), ACTION_HEADER: "1"}
+    async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
+        response = await http.post(f"{router.endpoint.base}/api/sessions/{session_id}/end", headers=headers)
+        response.raise_for_status()
+
+
+def tables(firsts: list[FirstCallRow], resumes: list[AtOnceRow], idle: float) -> list[str]:
+    for row in firsts:
         row.note = f"each: {', '.join(f'{r:.2f}' for r in row.each())}; {row.note}"
-    return first_call_table(rows, f"First call after a warm worker waited {idle:.0f} s (Claude-Code-shaped")
+    return [
+        *first_call_table(firsts, f"First call after a warm worker waited {idle:.0f} s (Claude-Code-shaped"),
+        "",
+        *at_once_table(resumes, f"Resume after the reserve's worker waited {idle:.0f} s (`browser_click` on the ref "
+                       f"taken before the pause; Claude-Code-shaped)"),
+    ]
 
 
-def goals(rows: list[FirstCallRow], idle: float) -> list[Goal]:
-    kept, cold = rows
+def goals(firsts: list[FirstCallRow], resumes: list[AtOnceRow], idle: float) -> list[Goal]:
+    kept, cold = firsts
     note = f"{pct(kept.first, 50):.1f} ms vs {pct(kept.steady, 50):.1f} ms" if kept.first and kept.steady else ""
     if (ratio := cold.ratio()) is not None:
         note += f"; not kept warm: {ratio:.2f}×"
-    return [Goal(f"first call after a warm worker waited {idle:.0f} s ÷ steady call", kept.ratio(), 1.2, note=note)]
+    kept_resume, cold_resume = resumes
+    return [
+        Goal(f"first call after a warm worker waited {idle:.0f} s ÷ steady call", kept.ratio(), 1.2, note=note),
+        Goal(
+            f"resume p50 after the reserve's worker waited {idle:.0f} s (goal for an idle machine)",
+            pct(kept_resume.calls, 50) / 1000 if kept_resume.calls else None,
+            0.8,
+            unit=" s",
+            note=f"not kept warm: {pct(cold_resume.calls, 50) / 1000:.2f} s" if cold_resume.calls else "",
+        ),
+    ]

@@ -122,14 +122,13 @@ def _at_once_row(once: AtOnceRow) -> str:
     return f"| {once.label} | {len(once.calls)} | {_ms(once.calls)} | {_ms(once.calls, 100)} | {fail} |"
 
 
-def at_once_table(once: AtOnceRow) -> list[str]:
-    """The `resumes` phase alone: sessions resuming at once."""
-    return [
-        "### Resumes at once (first call after the workers were reaped; the resume reserve readied first)",
-        "",
-        "| how | n | p50 ms | max ms | failures |",
-        "|---|---:|---:|---:|---|",
-        _at_once_row(once),
+def at_once_table(
+    rows: list[AtOnceRow],
+    heading: str = "Resumes at once (first call after the workers were reaped; the resume reserve readied first)",
+) -> list[str]:
+    """The `resumes` phase alone (sessions resuming at once), or any rows of resumes."""
+    return ["### " + heading, "", "| how | n | p50 ms | max ms | failures |", "|---|---:|---:|---:|---|"] + [
+        _at_once_row(once) for once in rows
     ]
 
 

@@ -69,13 +69,15 @@ async def _plain_conversation(target: Target, page: str, row: FirstCallRow | Non
         await s.http.aclose()
 
 
-async def cc_conversation(target: Target, page: str, row: FirstCallRow | None) -> None:
+async def cc_conversation(target: Target, page: str, row: FirstCallRow | None) -> str:
+    """A Claude-Code-shaped conversation that browses and goes (no DELETE); its session id."""
     cc = CcSession(target.endpoint)
     try:
         await cc.handshake()
         await _navigates(cc.call, page, row)
     finally:
         await cc.close()
+    return cc.session_id or ""
 
 
 async def first_calls(env: Env, page: str, reps: int) -> list[FirstCallRow]:
