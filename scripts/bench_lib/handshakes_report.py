@@ -136,7 +136,7 @@ def at_once_goals(once: AtOnceRow) -> list[Goal]:
     return [
         Goal(
             f"resume p50, {once.at_once} sessions at once ({once.label.rsplit(', ', 1)[-1]})",
-            pct(once.calls, 50) / 1000 if once.calls else None,
+            once.p50_s(),
             1.5,
             unit=" s",
             note=f"{once.failures} failed" if once.failures else "",

@@ -44,6 +44,9 @@ class AtOnceRow:
     failures: int = 0
     first_failure: str = ""
 
+    def p50_s(self) -> float | None:
+        return pct(self.calls, 50) / 1000 if self.calls else None
+
 
 # -- first call after a warm initialize --------------------------------------------------------------
 
