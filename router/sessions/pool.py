@@ -21,7 +21,7 @@ or health-checked as sessions, and shutdown ends them and deletes their director
 A worker that waits goes cold (node's code for a navigation): a first call after 5 min cost
 1.47-1.56x a steady one, ~0.9x just after the warm-up (scripts/bench --only aged). So a waiting
 worker gets a snapshot of its blank tab every ``keep_warm_every`` seconds (``keep_warm``; 30 by
-default): 0.94-0.95x, for ~1.6 ms of CPU a second per waiting worker.
+default): 0.94-0.95x, for up to ~1.7 ms of CPU a second per waiting worker.
 """
 
 from __future__ import annotations
