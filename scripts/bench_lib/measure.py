@@ -18,7 +18,6 @@ from bench_lib.targets import Target, healthz
 from workers.orphans import processes_for
 
 TOOLS = ("browser_snapshot", "browser_tabs", "browser_click")
-SETTLE_S = 1.5
 # A timed phase starts once the machine is this quiet over one window: the last phase's processes
 # (Chromium's exit, a pool's refill) would otherwise be measured as the next phase's router.
 QUIET_BUSY_SHARE = 0.2
@@ -93,7 +92,7 @@ async def latency(
             for s in sessions:
                 for tool in tools:
                     await s.call(tool, **tool_args(tool, refs[s.endpoint.name]))
-        await asyncio.sleep(SETTLE_S)  # let background work after the warm-up (state saving) finish
+        await quiet("latency")  # background work after the warm-up (state saving) is not measured
         # The idle rate is subtracted over the whole run (~1-2 min): measured in clock ticks over
         # two seconds, its error alone was up to ~0.8 ms per call.
         cpu0 = {name: cpu_seconds_fine(r.child.pid) for name, r in routers.items()}
