@@ -123,22 +123,27 @@ class McpEndpoint:
             if message.kind is not Kind.REQUEST:
                 await self._forward_one_way(session, scope, message, send)
                 return
-            timing = request_timing(scope)
-            exchange = Exchange.begin(self.hooks, session, message, timing)
-            if not exchange.needs_worker():
-                with session.client_request():
-                    answer = await exchange.local_answer()
-                assert answer is not None
-                await send_json(send, answer, session, status=200)
-                return
-            # Gives the session a worker first (spawn or resume: replayed handshake, restored browser).
-            async with self.manager.requests.serving(session, message) as started_worker:
-                if timing is not None and started_worker:
-                    timing.started_worker = True
-                await self._forward_request(session, scope, receive, send, exchange)
+            exchange = Exchange.begin(self.hooks, session, message, request_timing(scope))
+            try:
+                await self._answer(session, scope, receive, send, exchange)
+            finally:
+                exchange.finish()
         except RouterError as exc:
             exc.request_id = message.id
             raise
+
+    async def _answer(self, session: Session, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
+        if not exchange.needs_worker():
+            with session.client_request():
+                answer = await exchange.local_answer()
+            assert answer is not None
+            await send_json(send, answer, session, status=200)
+            return
+        # Gives the session a worker first (spawn or resume: replayed handshake, restored browser).
+        async with self.manager.requests.serving(session, exchange.message) as started_worker:
+            if exchange.timing is not None and started_worker:
+                exchange.timing.started_worker = True
+            await self._forward_request(session, scope, receive, send, exchange)
 
     async def _initialize(self, scope: Scope, message: ClientMessage, send: Send) -> None:
         if message.method != "initialize":
@@ -150,7 +155,10 @@ class McpEndpoint:
         session, result = await self.manager.open(message, response_mode=self._response_mode(scope))
         exchange = Exchange.begin(self.hooks, session, message, request_timing(scope))
         body = json.dumps({"jsonrpc": "2.0", "id": message.id, "result": result}).encode()
-        await send_json(send, await exchange.answer_json(body), session, status=200)
+        try:
+            await send_json(send, await exchange.answer_json(body), session, status=200)
+        finally:
+            exchange.finish()
 
     async def _session_for(self, headers: Headers, message: ClientMessage, session_id: str) -> Session:
         session = await self.manager.lookup(session_id)

@@ -13,8 +13,16 @@ from typing import Any
 import httpx
 import pytest
 
-from router.operator.logs import QUIET_LOGGERS, JsonFormatter, configure_logging
+from router.operator.logs import (
+    LEAN_SWITCHES,
+    QUIET_LOGGERS,
+    TEXT_FORMAT,
+    JsonFormatter,
+    TextFormatter,
+    configure_logging,
+)
 from tests.support import FAKE_WORKER, RawClient, ref_of, serve_process
+from tests.support.routers import RouterThread, router_settings
 from workers.orphans import processes_for
 
 
@@ -67,7 +75,9 @@ def test_json_formatter_lifts_ids_from_text() -> None:
 
 
 @pytest.fixture
-def restore_logging() -> Iterator[None]:
+def restore_logging(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for switch in LEAN_SWITCHES:  # configure_logging turns them off for the whole process
+        monkeypatch.setattr(logging, switch, getattr(logging, switch))
     root = logging.getLogger()
     saved = root.handlers[:], root.level, {n: logging.getLogger(n).level for n in QUIET_LOGGERS}
     yield
@@ -90,3 +100,55 @@ def test_requests_to_workers_are_logged_at_debug_only(
     assert ("HTTP Request" in err) is shown
     assert ("send_request_headers" in err) is shown
     assert "a warning still shows" in err
+
+
+@pytest.mark.parametrize("created", [1_700_000_000.0, 1_700_000_000.999, 1_700_000_001.0005, 1_700_000_000.5])
+def test_text_lines_keep_loggings_own_timestamp(created: float) -> None:
+    # The date is formatted once a second; a line still reads as logging's default formatter has it,
+    # going back in time included (the records above are out of order on purpose).
+    ours = TextFormatter()
+    for when in (created - 1.25, created):
+        record = logging.LogRecord("mcp_router.calls", logging.INFO, __file__, 1, "call tool=%s", ("x",), None)
+        record.created, record.msecs = when, (when - int(when)) * 1000
+        assert ours.format(record) == logging.Formatter(TEXT_FORMAT).format(record)
+
+
+def test_a_calls_log_line_and_count_come_after_its_answer(state_dir: Path) -> None:
+    # Both are written once the client has its answer: they are not on the answer's path.
+    happened: list[str] = []
+
+    class Note(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            happened.append(f"log {record.getMessage().split(' tool=')[1].split()[0]}")
+
+    router = RouterThread(router_settings(state_dir, record=True))
+    app = router.server.config.app
+
+    async def noting(scope: Any, receive: Any, send: Any) -> None:
+        async def note_answer(message: Any) -> None:
+            await send(message)
+            if message["type"] == "http.response.body" and scope["type"] == "http" and scope["method"] == "POST":
+                happened.append("answer")
+
+        await app(scope, receive, note_answer)
+
+    router.server.config.app = noting
+    calls = logging.getLogger("mcp_router.calls")
+    handler, level = Note(), calls.level
+    calls.addHandler(handler)
+    calls.setLevel(logging.INFO)
+    try:
+        with router, RawClient(router.url, token=router.token) as c:
+            c.initialize()
+            happened.clear()
+            assert c.text("echo", text="first") == "first"
+            assert c.text("echo", text="second") == "second"
+            metrics = c.http.get(f"{router.base_url}/metrics").text
+    finally:
+        calls.removeHandler(handler)
+        calls.setLevel(level)
+    calls_made = [h for h in happened if h.startswith("log")]
+    assert calls_made == ["log echo", "log echo"]  # once each
+    assert happened.index("log echo") > happened.index("answer")
+    assert happened[-1] == "log echo" and happened[-2] == "answer"
+    assert 'mcp_router_tool_calls_total{status="success",tool="echo"} 2.0' in metrics
