@@ -16,7 +16,18 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from bench_lib import aged, commit, floor, handshakes, handshakes_report, handshakes_resume, node_start, profile, report
+from bench_lib import (
+    aged,
+    commit,
+    floor,
+    handshakes,
+    handshakes_report,
+    handshakes_resume,
+    node_start,
+    profile,
+    report,
+    spaced,
+)
 from bench_lib import measure as m
 from bench_lib.client import McpSession
 from bench_lib.page import serve_page
@@ -69,7 +80,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="phases to run (comma-separated; `--only handshakes` alone takes 1–2 min; `first-calls`: "
         "only its first call after a warm initialize, ~1 min; `resumes`: only the sessions resuming at once, "
         "~1 min; `floor`: what uvicorn and a bare recording relay cost per call, ~30 s; `aged`, not in the "
-        "default: first calls and resumes after warm workers waited --aged-idle s, kept warm and not, ~8 min)",
+        "default: first calls and resumes after warm workers waited --aged-idle s, kept warm and not, ~8 min; "
+        "`spaced`, not in the default: the router's CPU per call with a call every --spaced-gap s, ~3 min)",
     )
     p.add_argument(
         "--handshakes-at-once", type=int, default=20, help="concurrent Claude-Code-shaped handshakes (default 20)"
@@ -83,6 +95,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--aged-idle", type=float, default=aged.AGED_IDLE, help="seconds warm workers wait (`aged`)")
     p.add_argument("--aged-interval", type=float, help="--keep-warm-interval of the kept router in `aged`")
     p.add_argument("--aged-reps", type=int, default=5, help="conversations per router in `aged` (default 5)")
+    p.add_argument("--spaced-gap", type=float, default=spaced.SPACED_GAP, help="seconds between calls (`spaced`)")
+    p.add_argument("--spaced-reps", type=int, default=10, help="spaced calls of each kind (`spaced`, default 10)")
     p.add_argument("--node-reps", type=int, default=5, help="rounds of the worker's node start-up (0: skip)")
     p.add_argument("--v8-compile-cache", type=Path, help="v8-compile-cache.js: also time node with it")
     p.add_argument("--newer-node", type=Path, help="a newer node binary: also time it with NODE_COMPILE_CACHE")
@@ -285,6 +299,11 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
         firsts, resumes = await aged.aged(env, page, a.aged_reps, a.aged_idle, a.aged_interval)
         out += [*aged.tables(firsts, resumes, a.aged_idle), ""]
         goals += aged.goals(firsts, resumes, a.aged_idle)
+
+    if "spaced" in a.only:
+        m.say(f"spaced: router CPU per call with a call every {a.spaced_gap:g} s, and back to back")
+        rows = await spaced.spaced(env, page, a.spaced_reps, a.spaced_gap)
+        out += [*spaced.table(rows, a.spaced_gap), ""]
 
     if "resumes" in a.only and "handshakes" not in a.only and a.resume_at_once:  # the handshakes phase has them
         m.say(f"{a.resume_at_once} sessions resuming at once, --resume-reserve {a.resume_at_once_reserve}")
