@@ -43,8 +43,8 @@ def escape_controls(text: str) -> str:
 
 
 class PerSecond:
-    """A time formatted to the second, once a second: a call's log line is written on its
-    answer's path, and localtime + strftime were ~15 % of it."""
+    """A time formatted to the second, once a second: every call writes a log line, and
+    localtime + strftime were ~15 % of it."""
 
     def __init__(self, fmt: str, convert: Callable[[float], time.struct_time]) -> None:
         self._fmt = fmt
