@@ -180,6 +180,13 @@ class _LiveCollector(Collector):
         )
         pokes.add_metric([], self.manager.pool.pokes)
         yield pokes
+        saver = self.manager.continuity.state_saver
+        saves = CounterMetricFamily(
+            f"{PREFIX}_state_saves", "Browser state saves, by whether state.json changed", labels=["outcome"]
+        )
+        saves.add_metric(["written"], saver.written)
+        saves.add_metric(["unchanged"], saver.unchanged)
+        yield saves
         by_state = Tally(s.state.value for s in self.manager.sessions)
         sessions = GaugeMetricFamily(f"{PREFIX}_sessions", "Sessions the router holds, by state", labels=["state"])
         for state, count in sorted(by_state.items()):

@@ -30,6 +30,8 @@ class BrowserStateSaver:
     def __init__(self, layout: StateLayout) -> None:
         self.layout = layout
         self._storage: bool | None = None  # does this kind of worker have the storage tools?
+        self.written = 0  # saves that wrote state.json (for /metrics)
+        self.unchanged = 0  # saves that found it holding the same state already
 
     async def save(self, session: Session, connection: WorkerConnection, control: ControlSession | None) -> None:
         """Storage state and tab URLs to ``state.json`` through the control session."""
@@ -54,16 +56,15 @@ class BrowserStateSaver:
                     raise ControlError("storage state file missing or unreadable")
                 if session.unrestored is not None:  # a resume left part of the saved state out
                     storage, tabs = session.unrestored.under(storage, tabs)
-                statefiles.write_state(
+                session.state_digest, written = statefiles.write_state(
                     self.layout.session_dir(session.id),
-                    {
-                        "storage": storage,
-                        "tabs": tabs,
-                        "current": session.current_url,
-                        "ref_frame": session.ref_frame,
-                        "saved": time.time(),
-                    },
+                    {"storage": storage, "tabs": tabs, "current": session.current_url, "ref_frame": session.ref_frame},
+                    unless=session.state_digest,
                 )
+                if written:
+                    self.written += 1
+                else:
+                    self.unchanged += 1
             except (ControlError, OSError) as exc:
                 log.info("state save failed session=%s: %s", session.id, exc)
                 return

@@ -11,6 +11,7 @@ them brings back persistent cookies by itself, but not session cookies (most log
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -89,8 +90,17 @@ def read_state(session_dir: Path) -> dict[str, Any] | None:
     return read_json(session_dir / STATE_FILE)
 
 
-def write_state(session_dir: Path, data: dict[str, Any]) -> None:
-    write_json(session_dir / STATE_FILE, data)
+def write_state(session_dir: Path, data: dict[str, Any], *, unless: bytes | None = None) -> tuple[bytes, bool]:
+    """``data`` to ``state.json`` with the time of this write, unless ``unless`` is the digest of
+    the same ``data`` and the file is still there: the save after a click that changed nothing
+    (a state save is ~3 ms of the router's CPU, its write ~0.4 ms of that). The digest of
+    ``data`` back, and whether it was written."""
+    digest = hashlib.blake2b(json.dumps(data).encode(), digest_size=16).digest()
+    path = session_dir / STATE_FILE
+    if digest == unless and path.exists():
+        return digest, False
+    write_json(path, {**data, "saved": time.time()})
+    return digest, True
 
 
 def clear_output(worker_output: Path) -> None:

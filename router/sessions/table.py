@@ -111,6 +111,7 @@ class Session:
     initialize_params: dict[str, Any] = field(default_factory=dict)
     browser_used: bool = False  # a tool was called: there may be browser state worth saving
     state_saved_at: float = 0.0  # monotonic: the last debounced save of its browser state
+    state_digest: bytes | None = None  # of what its state.json holds: an unchanged save writes nothing
     current_url: str | None = None  # last "- Page URL:" of the client's answers
     # The frame prefix of the refs the model last saw ("f2e3" -> 2): the current tab's document
     # count, which a restore reproduces so that those refs resolve again.

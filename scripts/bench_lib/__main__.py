@@ -81,7 +81,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "only its first call after a warm initialize, ~1 min; `resumes`: only the sessions resuming at once, "
         "~1 min; `floor`: what uvicorn and a bare recording relay cost per call, ~30 s; `aged`, not in the "
         "default: first calls and resumes after warm workers waited --aged-idle s, kept warm and not, ~8 min; "
-        "`spaced`, not in the default: the router's CPU per call with a call every --spaced-gap s, ~3 min)",
+        "`spaced`, not in the default: the router's CPU per call with a call every --spaced-gap s, ~4 min)",
     )
     p.add_argument(
         "--handshakes-at-once", type=int, default=20, help="concurrent Claude-Code-shaped handshakes (default 20)"

@@ -1,8 +1,7 @@
-"""The router's CPU per call in Claude Code's rhythm (`--only spaced`, ~3 min, not in the default
+"""The router's CPU per call in Claude Code's rhythm (`--only spaced`, ~4 min, not in the default
 phases): one Claude-Code-shaped session making a call every few seconds, as a conversation does
-between a model's turns, against the same calls back to back. Between calls the router's caches go
-cold (node and Chromium run on the same two cores), and that, not the calls' count, is what a
-conversation's calls cost."""
+between a model's turns, against the same calls back to back: whether caches gone cold between
+turns, or state saves that a burst of calls would share, make a conversation's calls dearer."""
 
 from __future__ import annotations
 
@@ -19,9 +18,11 @@ from bench_lib.targets import Env, start_router
 
 SPACED_GAP: Final = 4.0  # a model's turn, under the 60-s idle timeout; a navigation's save (0.5 s after) lands in it
 BACK_TO_BACK: Final = 200  # calls of the steady loop the spaced calls are set against
-# What is timed, in turn: a read-only call, one that moves the page (a state save follows it, ~5 s
-# later, inside the gap), and no call at all (the router's idle rate over a gap).
-KINDS: Final = ("browser_snapshot", "browser_navigate", None)
+# What is timed, in turn: a read-only call, one that moves the page and one that changes nothing
+# though it may (a state save follows both, 0.5 s later, inside the gap), and no call at all (the
+# router's idle rate over a gap).
+KINDS: Final = ("browser_snapshot", "browser_navigate", "browser_press_key", None)
+ARGUMENTS: Final = {"browser_press_key": {"key": "Shift"}}
 
 
 @dataclass
@@ -44,10 +45,8 @@ async def spaced(env: Env, page: str, reps: int, gap: float = SPACED_GAP) -> lis
             for kind in KINDS:
                 await quiet("spaced call")
                 before = cpu_seconds_fine(pid)
-                if kind == "browser_navigate":
-                    await cc.call(kind, url=page)
-                elif kind is not None:
-                    await cc.call(kind)
+                if kind is not None:
+                    await cc.call(kind, **_arguments(kind, page))
                 await asyncio.sleep(gap)
                 used = (cpu_seconds_fine(pid) - before) * 1000
                 (idle if kind is None else rows[kind].spaced_ms).append(used)
@@ -58,12 +57,16 @@ async def spaced(env: Env, page: str, reps: int, gap: float = SPACED_GAP) -> lis
             await quiet("back to back")
             before = cpu_seconds_fine(pid)
             for _ in range(BACK_TO_BACK):
-                await (cc.call(row.tool, url=page) if row.tool == "browser_navigate" else cc.call(row.tool))
+                await cc.call(row.tool, **_arguments(row.tool, page))
             row.steady_ms = (cpu_seconds_fine(pid) - before) * 1000 / BACK_TO_BACK
     finally:
         await cc.close()
         env.registry.stop(router.child)
     return list(rows.values())
+
+
+def _arguments(tool: str, page: str) -> dict[str, str]:
+    return {"url": page} if tool == "browser_navigate" else ARGUMENTS.get(tool, {})
 
 
 def table(rows: list[SpacedRow], gap: float) -> list[str]:

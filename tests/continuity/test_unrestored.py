@@ -19,6 +19,7 @@ from router.sessions.restore import RestoreProgress, restore_browser
 from router.sessions.state_save import BrowserStateSaver
 from router.sessions.table import Session
 from router.sessions.unrestored import Unrestored, left_out, merged_storage, merged_tabs
+from tests.support.saved import SavingControl
 
 A = "http://127.0.0.1:8000/a"
 B = "http://127.0.0.1:8000/b"
@@ -137,24 +138,6 @@ async def test_a_restore_cut_short_on_a_tab_leaves_only_the_tabs_out(tmp_path: P
                               progress=progress)  # fmt: skip
     assert ("browser_tabs", {"action": "new", "url": B}) in control.calls  # it got as far as B
     assert progress.left_out() == Unrestored(None, (A, B, C))
-
-
-class SavingControl:
-    """What a save asks the worker: its storage state (written where asked) and its tabs."""
-
-    def __init__(self, storage: dict[str, Any], tabs: list[str]) -> None:
-        self.storage = storage
-        self.tabs = tabs
-
-    async def tool_names(self) -> set[str]:
-        return {"browser_storage_state", "browser_set_storage_state", "browser_tabs"}
-
-    async def call(self, name: str, arguments: dict[str, Any] | None = None) -> str:
-        if name == "browser_storage_state":
-            statefiles.write_json(Path((arguments or {})["filename"]), self.storage)
-            return ""
-        assert name == "browser_tabs"
-        return "\n".join(f"- {i}: [T{i}]({url})" for i, url in enumerate(self.tabs))
 
 
 @pytest.mark.parametrize("kept", [True, False])

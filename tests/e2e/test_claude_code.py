@@ -25,6 +25,7 @@ import pytest
 
 from router.http.tool_policy import DANGEROUS_TOOLS
 from router.operator.api import ACTION_HEADER
+from router.sessions import upkeep
 from tests.e2e.claude_code import (
     ROUTER_TOOLS,
     ClaudeCodeClient,
@@ -351,6 +352,27 @@ def test_hibernation_then_call(steady: RouterThread, pages: str) -> None:
         assert response.status_code == 200, response.text
         wait_worker_gone(steady, cc.session_id, worker)
         carries_on(cc, before, steady)
+
+
+def test_a_save_after_a_call_that_changed_nothing_writes_nothing(
+    steady: RouterThread, pages: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(upkeep, "SAVE_MIN_INTERVAL", 0.5)  # the router runs in this process
+    state = steady.settings.state_dir
+    saver = steady.manager.continuity.state_saver
+    with ClaudeCodeClient(steady.url) as cc:
+        sign_in(cc, pages, "still")
+        wait_for(lambda: saved(state, cc.session_id, "still"), timeout=SAVE_WAIT)
+        state_file = state / "sessions" / cc.session_id / "state.json"
+        written, unchanged, before = saver.written, saver.unchanged, state_file.read_bytes()
+        cc.call("browser_press_key", key="Shift")  # not read-only, so a save follows; it changes nothing
+        wait_for(lambda: saver.unchanged > unchanged, timeout=SAVE_WAIT)
+        assert saver.written == written and state_file.read_bytes() == before  # not even its save time
+        cc.call("browser_evaluate", function="() => localStorage.setItem('kept', 'yes')")
+        wait_for(lambda: saver.written > written, timeout=SAVE_WAIT)
+        assert saved(state, cc.session_id, '"kept"')
+    metrics = httpx.get(f"{base_of(steady)}/metrics", headers=auth_headers(), timeout=10, trust_env=False).text
+    assert f'mcp_router_state_saves_total{{outcome="unchanged"}} {float(saver.unchanged)}' in metrics, metrics
 
 
 def test_router_sigkill_and_restart_then_call(state_dir: Path, chromium: str, pages: str) -> None:
