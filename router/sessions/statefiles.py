@@ -31,10 +31,14 @@ STATE_FILE: Final = "state.json"
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
+    _write_text(path, json.dumps(data))
+
+
+def _write_text(path: Path, text: str) -> None:
     """Atomic: a SIGKILL mid-write leaves the previous file, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
+    tmp.write_text(text)
     os.replace(tmp, path)
 
 
@@ -95,11 +99,14 @@ def write_state(session_dir: Path, data: dict[str, Any], *, unless: bytes | None
     the same ``data`` and the file is still there: the save after a click that changed nothing
     (a state save is ~3 ms of the router's CPU, its write ~0.4 ms of that). The digest of
     ``data`` back, and whether it was written."""
-    digest = hashlib.blake2b(json.dumps(data).encode(), digest_size=16).digest()
+    text = json.dumps(data)
+    digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
     path = session_dir / STATE_FILE
     if digest == unless and path.exists():
         return digest, False
-    write_json(path, {**data, "saved": time.time()})
+    # The time goes in after the text that was hashed (the storage state may be large): one
+    # serialisation per save. ``data`` is never empty, so its text ends with its closing brace.
+    _write_text(path, f'{text[:-1]}, "saved": {time.time()!r}}}')
     return digest, True
 
 
