@@ -9,7 +9,6 @@ import json
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,15 +22,17 @@ from bench_lib import (
     handshakes,
     handshakes_report,
     handshakes_resume,
+    latency_phase,
+    load_phase,
     node_start,
-    profile,
+    readme,
     report,
     spaced,
 )
 from bench_lib import measure as m
-from bench_lib.client import McpSession
+from bench_lib.latency_phase import DIRECT, NOREC, PATHS, REC, SG
 from bench_lib.page import serve_page
-from bench_lib.procs import Registry, rss_kib
+from bench_lib.procs import Registry
 from bench_lib.targets import (
     Env,
     ensure_supergateway,
@@ -42,13 +43,6 @@ from bench_lib.targets import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-DIRECT, REC, NOREC, SG = "direct", "router", "router-norec", "supergateway"
-LABELS = {
-    DIRECT: "direct worker",
-    REC: "router (recording on)",
-    NOREC: "router (`--no-record`)",
-    SG: "supergateway `--stateful`",
-}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -111,8 +105,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--paths",
-        default="direct,router,router-norec,supergateway",
-        help="latency paths besides the variants (direct is always measured)",
+        default=",".join(PATHS),
+        help="latency paths besides the variants (direct is always measured; relay and relay-commit: "
+        "the floor's bare relays, each in front of its own worker)",
     )
     p.add_argument("--tools", default=",".join(m.TOOLS), help="tools timed in the latency rounds")
     p.add_argument("--click-every", type=int, default=4, help="time browser_click in every Nth round only")
@@ -145,6 +140,7 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
 
     direct = rec = norec = sg = None
     router_cpu: dict[str, float] = {}  # CPU ms per routed call in the latency rounds, by label
+    relay_cpu: float | None = None  # the floor's recording relay in the latency rounds
     if {"latency", "init"} & a.only:
         m.say("starting direct worker, routers (recording on/off)" + (", supergateway" if sg_entry else ""))
         direct = start_worker(env, DIRECT)
@@ -153,59 +149,10 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
         sg = start_supergateway(env, sg_entry) if sg_entry else None
 
     if "latency" in a.only and direct and rec and norec:
-        targets = [direct] + [t for t, k in ((rec, REC), (norec, NOREC), (sg, SG)) if t and k in a.paths]
-        routers = {k: t for t, k in ((rec, REC), (norec, NOREC)) if k in a.paths}
-        for spec in a.variant:
-            label, _, rest = spec.partition("=")
-            src, *flags = shlex.split(rest) or ["-"]
-            LABELS[label] = f"variant `{label}`"
-            variant = start_router(env, label, *flags, src=None if src == "-" else ROOT / src)
-            targets.append(variant)
-            routers[label] = variant
-        await m.quiet("latency")
-        m.say(f"latency: {a.iterations} interleaved rounds × {len(a.tools)} tools × {len(targets)} paths")
-        lat = await m.latency(
-            targets, routers, page, iterations=a.iterations, warmup=a.warmup, tools=a.tools, click_every=a.click_every
-        )
-        out += [
-            f"### Tool-call latency ({a.iterations} interleaved rounds after {a.warmup} warm-up rounds, "
-            f"`browser_click` in every {a.click_every}th; one keep-alive connection per path)",
-            "",
-        ]
-        out += report.latency_table(lat, DIRECT, LABELS)
-        router_cpu = {LABELS[k]: v for k, v in lat.cpu_ms_per_call.items()}
-        out += [
-            "",
-            "Router CPU per routed call (user + system, net of its idle rate): "
-            + ", ".join(f"{LABELS[k]} {v:.2f} ms" for k, v in lat.cpu_ms_per_call.items())
-            + ".",
-            "",
-        ]
-        if sg is None:
-            out += [f"supergateway: {sg_note}.", ""]
-        for name in (k for k in (REC, NOREC) if k in a.paths):
-            for q, limit in ((50, 1.05), (95, 1.2)):
-                ratio, tool = report.worst_ratio(lat, DIRECT, name, q)
-                goals.append(
-                    report.Goal(f"{LABELS[name]} ÷ direct, p{q} (worst tool)", ratio, limit, note=f"worst: `{tool}`")
-                )
-        if a.profile:
-            m.say(f"profile: py-spy on the router for {a.profile:.0f} s of routed calls")
-            raw = a.out.parent / "profile-router.txt"
-            profiled = rec if a.profile_path == REC else routers[a.profile_path]
-            spy = profile.start(profiled.child.pid, raw)
-            if spy is None:
-                out += ["Profile: py-spy could not be installed; skipped.", ""]
-            else:
-                await asyncio.sleep(1.0)
-                calls = await m.routed_loop(profiled, page, a.profile)
-                profile.stop(spy)
-                out += [f"### Router profile (py-spy on {LABELS[a.profile_path]}, routed tool-call loop)", ""]
-                out += [*profile.summary(raw, calls), "", f"Raw collapsed stacks: `{raw}`.", ""]
-
-        for label in routers:
-            if label not in (REC, NOREC):
-                env.registry.stop(routers[label].child)
+        got = await latency_phase.run(a, env, page, latency_phase.Started(direct, rec, norec, sg), sg_note)
+        out += got.lines
+        goals += got.goals
+        router_cpu, relay_cpu = got.cpu_ms_per_call, got.relay_cpu_ms
 
     if "init" in a.only and direct and rec:
         rows: dict[str, m.InitResult] = {}
@@ -329,84 +276,10 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
         floor_ms = floors[-1].cpu_ms_per_call
         out += [*floor.table(floors, router_cpu), ""]
 
-    mem_rows: list[m.MemoryRow] = []
-    if "memory" in a.only:
-        m.say(f"memory: idle (initialize-only) sessions {a.sessions} on a fresh router")
-        # The router caps live workers at RAM / 600 MiB and hibernates the rest: lift the cap here.
-        router = start_router(env, "router-idle", environ={"MCP_ROUTER_MAX_LIVE_WORKERS": str(max(a.sessions) + 10)})
-        sessions: list[McpSession] = []
-        base_rss = rss_kib(router.child.pid)
-        try:
-            for level in a.sessions:
-                sessions += await m.open_sessions(router, level - len(sessions), None)
-                await asyncio.sleep(1.0)
-                mem_rows.append(m.memory_row(router, sessions, "idle (initialize only)"))
-                m.say(f"  {level} idle sessions: router RSS {mem_rows[-1].router_rss_kib / 1024:.1f} MiB")
-        finally:
-            await m.close_sessions(sessions)
-            env.registry.stop(router.child)
-        first, last = mem_rows[0], mem_rows[-1]
-        growth = (last.router_rss_kib - first.router_rss_kib) / 1024 / max(1, last.sessions - first.sessions)
-        goals.append(
-            report.Goal(
-                f"router RSS growth per idle session ({first.sessions}→{last.sessions})",
-                growth,
-                1.0,
-                unit=" MiB",
-                note=f"RSS with 0 sessions: {base_rss / 1024:.1f} MiB",
-            )
-        )
-
     if {"memory", "throughput"} & a.only:
-        levels = (a.browsing if "memory" in a.only else []) + ([a.concurrency] if "throughput" in a.only else [])
-        m.say(f"browsing sessions {levels} on a fresh router (each navigated: one Chromium per session)")
-        router = start_router(env, "router-browse")
-        sessions = []
-        try:
-            for level in sorted(set(levels)):
-                sessions += await m.open_sessions(router, level - len(sessions), page)
-                await asyncio.sleep(1.0)
-                mem_rows.append(m.memory_row(router, sessions, "browsing (navigated)"))
-                m.say(f"  {level} browsing sessions: worker PSS {mem_rows[-1].worker_pss_kib / 1024:.0f} MiB")
-            if "throughput" in a.only:
-                await m.quiet("throughput")
-                m.say(f"throughput: {len(sessions)} sessions × navigate+snapshot for {a.duration:.0f} s")
-                raw_tp = a.out.parent / "profile-throughput.txt"
-                spy = profile.start(router.child.pid, raw_tp) if a.profile else None
-                tp = await m.throughput(sessions, page, a.duration, router_pid=router.child.pid)
-                if spy is not None:
-                    profile.stop(spy)
-                    out += [f"### Router profile (py-spy, throughput run at {tp.sessions} sessions)", ""]
-                    out += [*profile.summary(raw_tp, tp.calls, what="navigate/snapshot calls"), ""]
-                out += [
-                    f"### Throughput through the router (recording on): {tp.sessions} concurrent sessions, "
-                    "each `browser_navigate` + `browser_snapshot` in a loop",
-                    "",
-                ]
-                out += [*report.throughput_table(tp), ""]
-                goals.append(report.Goal(f"errors at {tp.sessions} concurrent sessions", tp.errors, 0, unit=""))
-                if tp.router_cpu_ms_per_call is not None:
-                    goals.append(
-                        report.Goal(
-                            f"router CPU per call at {tp.sessions} concurrent sessions",
-                            tp.router_cpu_ms_per_call,
-                            0.3,
-                            unit=" ms",
-                            note="" if floor_ms is None else f"floor (uvicorn relay + one commit): {floor_ms:.2f} ms",
-                        )
-                    )
-        finally:
-            await m.close_sessions(sessions)
-            env.registry.stop(router.child)
-    if mem_rows:
-        out += ["### Memory (router RSS; PSS of each worker's tree: node + Chromium)", ""]
-        out += report.memory_table(mem_rows)
-        out += [
-            "",
-            "Idle sessions never launch a browser (node only). PSS per session is the mean over up to 20 "
-            "sessions of the whole tree of processes carrying that session's marker.",
-            "",
-        ]
+        lines, more = await load_phase.run(a, env, page, load_phase.floor_note(floor_ms, relay_cpu))
+        out += lines
+        goals += more
 
     if goals:
         out = [
@@ -468,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Measured {when} on {report.machine()}; `{command.strip()}` "
         f"({time.perf_counter() - started:.0f} s), test page served on 127.0.0.1; load average at start "
         f"{load_start}, at end {Path('/proc/loadavg').read_text().split()[0]}.",
-        f"Router: {router_source(a.router_src)}; `{shlex.join(['mcp-router', 'serve', *a.router_arg])}`.",
+        f"Router: {readme.router_source(a.router_src)}; `{shlex.join(['mcp-router', 'serve', *a.router_arg])}`.",
         "",
     ]
     text = "\n".join(head + body) + "\n"
@@ -478,42 +351,9 @@ def main(argv: list[str] | None = None) -> int:
     (a.out.parent / f"bench-{stamp}.md").write_text(text)
     (a.out.parent / "last-args.json").write_text(json.dumps(sys.argv[1:]))
     if a.update_readme:
-        update_readme(text, command)
+        readme.update(text, command)
     print(f"bench: wrote {a.out}", file=sys.stderr)
     return status
-
-
-def router_source(src: Path | None) -> str:
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
-        return done.stdout.strip()
-
-    if src is not None:
-        return f"source tree `{src}`"
-    dirty = git("status", "--porcelain", "--untracked-files=no", "router", "workers")
-    return f"commit `{git('rev-parse', '--short', 'HEAD')}`" + (" + uncommitted changes" if dirty else "")
-
-
-def update_readme(text: str, command: str) -> None:
-    readme = ROOT / "README.md"
-    content = readme.read_text()
-    head = "## Benchmarks\n"
-    start = content.index(head) + len(head)
-    nxt = content.find("\n## ", start)
-    end = len(content) if nxt < 0 else nxt + 1
-    if "### Router profile" in text:  # the profile stays in .bench/latest.md
-        start_p = text.index("### Router profile")
-        after = text.find("### ", start_p + 4)
-        text = text[:start_p] + (text[after:] if after >= 0 else "")
-    section = (
-        f"\n`scripts/bench` (set-up, then 5–10 minutes; `--quick` for about 2) measures the router "
-        f"against a Playwright worker used directly and against supergateway, on a local test page, and "
-        f"writes `.bench/latest.md`; `scripts/bench --update-readme` also refreshes this section. "
-        f"Each timed phase starts once the machine is quiet (at most 20 % busy over half a second, "
-        f"waiting up to 30 s), so that one phase's teardown is not measured as the next one's router. "
-        f"The run below: `{command}`.\n\n{text}"
-    )
-    readme.write_text(content[:start] + section + ("\n" + content[end:] if nxt >= 0 else ""))
 
 
 if __name__ == "__main__":

@@ -1,20 +1,26 @@
 """The floor under the router's CPU per call, on this machine: what uvicorn costs answering by
 itself, relaying through the router's upstream client, and relaying with a parse and one SQLite
 commit per call (floor_apps.py). The router's own figure is read against these: the part above
-the last row is the router's sessions, security, record and continuity."""
+the last row is the router's sessions, security, record and continuity.
+
+Measured here in a loop against a fixed answer, caches stay warm. ``in_front_of`` puts the same
+relays in front of a real worker, for the latency rounds: there they run as the router does,
+between a worker's calls on cores shared with node and Chromium."""
 
 from __future__ import annotations
 
 import json
 import sys
 import time
+import urllib.parse
 from dataclasses import dataclass
 from typing import Final
 
 import httpx
 from bench_lib import floor_apps
+from bench_lib.client import Endpoint
 from bench_lib.procs import Spawned, cpu_seconds, free_port, wait_port
-from bench_lib.targets import Env
+from bench_lib.targets import Env, Target
 
 WARMUP: Final = 300
 CALLS: Final = 3000
@@ -38,6 +44,15 @@ class FloorRow:
     label: str
     cpu_ms_per_call: float
     wall_ms_per_call: float
+
+
+def in_front_of(env: Env, worker: Target, app: str, name: str) -> Target:
+    """The floor's ``app`` (``relay`` or ``recording_relay``) relaying to ``worker``."""
+    upstream = urllib.parse.urlsplit(worker.endpoint.url).port
+    assert upstream is not None, worker.endpoint.url
+    port = free_port()
+    child = _serve(env, name, app, port, upstream)
+    return Target(Endpoint(name, f"http://127.0.0.1:{port}/mcp"), child, env.work)
 
 
 def _serve(env: Env, name: str, app: str, port: int, upstream: int | None) -> Spawned:

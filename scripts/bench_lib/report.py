@@ -77,9 +77,12 @@ def latency_table(lat: LatencyResult, direct: str, labels: dict[str, str]) -> li
     return lines
 
 
+def ratio(lat: LatencyResult, direct: str, name: str, q: float, tool: str) -> float:
+    return pct(lat.samples[name][tool], q) / pct(lat.samples[direct][tool], q)
+
+
 def worst_ratio(lat: LatencyResult, direct: str, name: str, q: float) -> tuple[float, str]:
-    ratios = [(pct(lat.samples[name][t], q) / pct(lat.samples[direct][t], q), t) for t in lat.samples[direct]]
-    return max(ratios)
+    return max((ratio(lat, direct, name, q, t), t) for t in lat.samples[direct])
 
 
 def init_table(rows: dict[str, InitResult]) -> list[str]:

@@ -1,0 +1,131 @@
+"""The latency phase of scripts/bench: tool calls interleaved over every path (the worker used
+directly, the routers, supergateway, the floor's bare relays in front of workers started as the
+direct one is, and any variants), their p50/p95 ratios to the direct worker, the routers' CPU per call, and an
+optional py-spy profile of one router."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from bench_lib import floor, profile, report
+from bench_lib import measure as m
+from bench_lib.targets import Env, Target, start_router, start_worker
+
+ROOT: Final = Path(__file__).resolve().parents[2]
+DIRECT, REC, NOREC, SG = "direct", "router", "router-norec", "supergateway"
+RELAY, RELAY_COMMIT = "relay", "relay-commit"
+PATHS: Final = (DIRECT, REC, NOREC, SG, RELAY, RELAY_COMMIT)
+LABELS: Final = {
+    DIRECT: "direct worker",
+    REC: "router (recording on)",
+    NOREC: "router (`--no-record`)",
+    SG: "supergateway `--stateful`",
+    RELAY: "Python relay, nothing else (the floor's)",
+    RELAY_COMMIT: "Python relay + one commit per call (the floor's)",
+}
+# The floor's apps (floor_apps.py), each in front of a worker started as the direct one, by path.
+RELAY_APPS: Final = {RELAY: "relay", RELAY_COMMIT: "recording_relay"}
+
+
+@dataclass
+class Started:
+    """What the bench started before its latency and init phases."""
+
+    direct: Target
+    rec: Target
+    norec: Target
+    sg: Target | None
+
+
+@dataclass
+class LatencyOutcome:
+    lines: list[str] = field(default_factory=list)
+    goals: list[report.Goal] = field(default_factory=list)
+    cpu_ms_per_call: dict[str, float] = field(default_factory=dict)  # by label
+    relay_cpu_ms: float | None = None  # the relay with a commit: the floor where the router runs
+
+
+async def run(a: argparse.Namespace, env: Env, page: str, started: Started, sg_note: str) -> LatencyOutcome:
+    targets = [started.direct]
+    targets += [t for t, k in ((started.rec, REC), (started.norec, NOREC), (started.sg, SG)) if t and k in a.paths]
+    measured = {k: t for t, k in ((started.rec, REC), (started.norec, NOREC)) if k in a.paths}
+    extra: list[Target] = []
+    for name, app in RELAY_APPS.items():
+        if name in a.paths:
+            # A worker of its own, started as the direct one is: two MCP sessions on one worker's
+            # shared browser context renumber each other's refs, and the clicks fail.
+            worker = start_worker(env, f"{name}-worker")
+            relay = floor.in_front_of(env, worker, app, name)
+            extra += [relay, worker]
+            targets.append(relay)
+            measured[name] = relay
+    for spec in a.variant:
+        label, _, rest = spec.partition("=")
+        src, *flags = shlex.split(rest) or ["-"]
+        LABELS[label] = f"variant `{label}`"
+        variant = start_router(env, label, *flags, src=None if src == "-" else ROOT / src)
+        extra.append(variant)
+        targets.append(variant)
+        measured[label] = variant
+    try:
+        return await _measure(a, targets, measured, page, sg_note)
+    finally:
+        for target in extra:
+            env.registry.stop(target.child)
+
+
+async def _measure(
+    a: argparse.Namespace, targets: list[Target], measured: dict[str, Target], page: str, sg_note: str
+) -> LatencyOutcome:
+    await m.quiet("latency")
+    m.say(f"latency: {a.iterations} interleaved rounds × {len(a.tools)} tools × {len(targets)} paths")
+    lat = await m.latency(
+        targets, measured, page, iterations=a.iterations, warmup=a.warmup, tools=a.tools, click_every=a.click_every
+    )
+    got = LatencyOutcome()
+    got.lines += [
+        f"### Tool-call latency ({a.iterations} interleaved rounds after {a.warmup} warm-up rounds, "
+        f"`browser_click` in every {a.click_every}th; one keep-alive connection per path)",
+        "",
+    ]
+    got.lines += report.latency_table(lat, DIRECT, LABELS)
+    got.cpu_ms_per_call = {LABELS[k]: v for k, v in lat.cpu_ms_per_call.items()}
+    got.relay_cpu_ms = lat.cpu_ms_per_call.get(RELAY_COMMIT)
+    got.lines += [
+        "",
+        "CPU per call of each process in between (user + system, net of its idle rate): "
+        + ", ".join(f"{LABELS[k]} {v:.2f} ms" for k, v in lat.cpu_ms_per_call.items())
+        + ".",
+        "",
+    ]
+    if SG not in lat.samples:
+        got.lines += [f"supergateway: {sg_note}.", ""]
+    for name in (k for k in (REC, NOREC) if k in a.paths):
+        for q, limit in ((50, 1.05), (95, 1.2)):
+            ratio, tool = report.worst_ratio(lat, DIRECT, name, q)
+            note = f"worst: `{tool}`"
+            for relay in (k for k in RELAY_APPS if k in lat.samples):
+                note += f"; {LABELS[relay].split(' (')[0]}: {report.ratio(lat, DIRECT, relay, q, tool):.3f}×"
+            got.goals.append(report.Goal(f"{LABELS[name]} ÷ direct, p{q} (worst tool)", ratio, limit, note=note))
+    if a.profile:
+        got.lines += await _profile(a, measured, page)
+    return got
+
+
+async def _profile(a: argparse.Namespace, measured: dict[str, Target], page: str) -> list[str]:
+    m.say(f"profile: py-spy on the router for {a.profile:.0f} s of routed calls")
+    raw = a.out.parent / "profile-router.txt"
+    profiled = measured[a.profile_path]
+    spy = profile.start(profiled.child.pid, raw)
+    if spy is None:
+        return ["Profile: py-spy could not be installed; skipped.", ""]
+    await asyncio.sleep(1.0)
+    calls = await m.routed_loop(profiled, page, a.profile)
+    profile.stop(spy)
+    lines = [f"### Router profile (py-spy on {LABELS[a.profile_path]}, routed tool-call loop)", ""]
+    return [*lines, *profile.summary(raw, calls), "", f"Raw collapsed stacks: `{raw}`.", ""]

@@ -1,0 +1,110 @@
+"""The memory and throughput phases of scripts/bench: the router's RSS with idle sessions, each
+browsing session's worker PSS, and many sessions calling at once (calls/s, latency, errors, and
+the router's CPU per call against its goal)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from bench_lib import measure as m
+from bench_lib import profile, report
+from bench_lib.client import McpSession
+from bench_lib.procs import rss_kib
+from bench_lib.targets import Env, start_router
+
+
+async def run(a: argparse.Namespace, env: Env, page: str, floor: str) -> tuple[list[str], list[report.Goal]]:
+    """``floor`` notes the CPU goal's row with what a bare relay costs (floor_note)."""
+    out: list[str] = []
+    goals: list[report.Goal] = []
+    mem_rows: list[m.MemoryRow] = []
+    if "memory" in a.only:
+        m.say(f"memory: idle (initialize-only) sessions {a.sessions} on a fresh router")
+        # The router caps live workers at RAM / 600 MiB and hibernates the rest: lift the cap here.
+        router = start_router(env, "router-idle", environ={"MCP_ROUTER_MAX_LIVE_WORKERS": str(max(a.sessions) + 10)})
+        sessions: list[McpSession] = []
+        base_rss = rss_kib(router.child.pid)
+        try:
+            for level in a.sessions:
+                sessions += await m.open_sessions(router, level - len(sessions), None)
+                await asyncio.sleep(1.0)
+                mem_rows.append(m.memory_row(router, sessions, "idle (initialize only)"))
+                m.say(f"  {level} idle sessions: router RSS {mem_rows[-1].router_rss_kib / 1024:.1f} MiB")
+        finally:
+            await m.close_sessions(sessions)
+            env.registry.stop(router.child)
+        first, last = mem_rows[0], mem_rows[-1]
+        growth = (last.router_rss_kib - first.router_rss_kib) / 1024 / max(1, last.sessions - first.sessions)
+        goals.append(
+            report.Goal(
+                f"router RSS growth per idle session ({first.sessions}→{last.sessions})",
+                growth,
+                1.0,
+                unit=" MiB",
+                note=f"RSS with 0 sessions: {base_rss / 1024:.1f} MiB",
+            )
+        )
+
+    if {"memory", "throughput"} & a.only:
+        levels = (a.browsing if "memory" in a.only else []) + ([a.concurrency] if "throughput" in a.only else [])
+        m.say(f"browsing sessions {levels} on a fresh router (each navigated: one Chromium per session)")
+        router = start_router(env, "router-browse")
+        sessions = []
+        try:
+            for level in sorted(set(levels)):
+                sessions += await m.open_sessions(router, level - len(sessions), page)
+                await asyncio.sleep(1.0)
+                mem_rows.append(m.memory_row(router, sessions, "browsing (navigated)"))
+                m.say(f"  {level} browsing sessions: worker PSS {mem_rows[-1].worker_pss_kib / 1024:.0f} MiB")
+            if "throughput" in a.only:
+                await m.quiet("throughput")
+                m.say(f"throughput: {len(sessions)} sessions × navigate+snapshot for {a.duration:.0f} s")
+                raw_tp = a.out.parent / "profile-throughput.txt"
+                spy = profile.start(router.child.pid, raw_tp) if a.profile else None
+                tp = await m.throughput(sessions, page, a.duration, router_pid=router.child.pid)
+                if spy is not None:
+                    profile.stop(spy)
+                    out += [f"### Router profile (py-spy, throughput run at {tp.sessions} sessions)", ""]
+                    out += [*profile.summary(raw_tp, tp.calls, what="navigate/snapshot calls"), ""]
+                out += [
+                    f"### Throughput through the router (recording on): {tp.sessions} concurrent sessions, "
+                    "each `browser_navigate` + `browser_snapshot` in a loop",
+                    "",
+                ]
+                out += [*report.throughput_table(tp), ""]
+                goals.append(report.Goal(f"errors at {tp.sessions} concurrent sessions", tp.errors, 0, unit=""))
+                if tp.router_cpu_ms_per_call is not None:
+                    goals.append(
+                        report.Goal(
+                            f"router CPU per call at {tp.sessions} concurrent sessions",
+                            tp.router_cpu_ms_per_call,
+                            0.3,
+                            unit=" ms",
+                            note=floor,
+                        )
+                    )
+        finally:
+            await m.close_sessions(sessions)
+            env.registry.stop(router.child)
+    if mem_rows:
+        out += ["### Memory (router RSS; PSS of each worker's tree: node + Chromium)", ""]
+        out += report.memory_table(mem_rows)
+        out += [
+            "",
+            "Idle sessions never launch a browser (node only). PSS per session is the mean over up to 20 "
+            "sessions of the whole tree of processes carrying that session's marker.",
+            "",
+        ]
+    return out, goals
+
+
+def floor_note(in_a_loop: float | None, in_situ: float | None) -> str:
+    """The floor under the CPU goal: a Python relay with one commit per call, in a loop and where
+    the router runs (in front of a real worker)."""
+    notes = []
+    if in_situ is not None:
+        notes.append(f"in the latency rounds {in_situ:.2f} ms")
+    if in_a_loop is not None:
+        notes.append(f"in a loop {in_a_loop:.2f} ms")
+    return "floor (a Python relay + one commit per call): " + ", ".join(notes) if notes else ""
