@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import socket
 import stat
@@ -56,7 +58,14 @@ def test_sessions_command_shows_live_state_of_a_running_router(state_dir: Path) 
 
 
 def modes(state: Path) -> dict[str, int]:
-    return {str(p.relative_to(state)): stat.S_IMODE(p.lstat().st_mode) for p in [state, *state.rglob("*")]}
+    """Every path under ``state`` and its mode. The start-up probe's session directory may go while
+    it is walked (rglob raised FileNotFoundError then): os.walk skips it, and so does this."""
+    found: dict[str, int] = {}
+    for root, dirs, files in os.walk(state):
+        for path in [Path(root), *(Path(root) / name for name in dirs + files)]:
+            with contextlib.suppress(FileNotFoundError):
+                found[str(path.relative_to(state))] = stat.S_IMODE(path.lstat().st_mode)
+    return found
 
 
 def test_serve_makes_its_token_and_keeps_the_state_dir_private(state_dir: Path) -> None:
