@@ -20,8 +20,8 @@ import pytest
 from router.sessions import restore
 from router.sessions.control import ControlError
 from router.sessions.resume_notice import NOTICE_PREFIX, PARTIAL_NOTICE_PREFIX
+from tests.e2e.cc_steps import CALL_LIMIT, REAP_IDLE, sign_in, wait_worker_gone, worker_of
 from tests.e2e.claude_code import ClaudeCodeClient
-from tests.e2e.test_claude_code import CALL_LIMIT, REAP_IDLE, sign_in, wait_worker_gone, worker_of
 from tests.support import RouterThread, playwright_router
 
 SET_STORAGE: Final = "_set_storage_state"

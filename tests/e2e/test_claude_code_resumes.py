@@ -1,0 +1,124 @@
+"""A Claude-Code-shaped conversation paused past the router's idle timeout: its worker reaped, the
+resume reserve ready with a warm worker prepared in the client's shape, and the next call (the old
+ref's click) carried on on the same page with the same cookies, the new worker's roots/list and
+pings crossing the client's stream. One conversation, two at once, two with memory short, and a
+tab's second document. The client and the steps: tests/e2e/claude_code.py, cc_steps.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.e2e.cc_steps import (
+    REAP_IDLE,
+    RESERVE_READY,
+    WORKER_GONE,
+    carries_on,
+    pause_all,
+    sign_in,
+    wait_worker_gone,
+    worker_of,
+)
+from tests.e2e.claude_code import ClaudeCodeClient
+from tests.support import (
+    RouterThread,
+    playwright_router,
+    wait_for,
+)
+from workers.orphans import processes_for
+
+# -- fixtures --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def reaping(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator[RouterThread]:
+    """A router that reaps a worker after REAP_IDLE seconds without client requests."""
+    # As users run it: the resume reserve on (the default), so a conversation's call after a
+    # pause takes a browser that is already up.
+    state = tmp_path_factory.mktemp("cc-reap")
+    with playwright_router(state, chromium, idle_timeout=REAP_IDLE, resume_reserve=2) as router:
+        yield router
+
+
+# -- after a pause past the idle timeout -----------------------------------------------------------
+
+
+def test_pause_past_the_idle_timeout_then_click_the_old_ref(reaping: RouterThread, pages: str) -> None:
+    with ClaudeCodeClient(reaping.url) as cc:
+        before = sign_in(cc, pages, "pause")
+        # The pause: no client request until the router has reaped the worker.
+        wait_worker_gone(reaping, cc.session_id, worker_of(reaping, cc.session_id))
+        # Meanwhile the resume reserve readied a worker with an MCP session opened in this
+        # client's shape, whose first call was made with the roots the router had from the client.
+        session = reaping.manager.sessions.get(cc.session_id)
+        assert session is not None
+        pool = reaping.manager.pool
+        prepared = wait_for(lambda: pool.prepared_sessions(session.initialize_params), timeout=RESERVE_READY)
+        carries_on(cc, before, reaping)  # the worker's own roots/list and pings reach the client's stream
+        # A resume takes the reserve's worker with its prepared session and held stream: nothing
+        # is replayed, and the worker does not ask the client's roots again (Continuity.attach).
+        assert session.worker_session_id in prepared, "the resume replayed the handshake"
+        assert session.worker_has_roots
+
+
+def test_two_conversations_back_at_once_each_take_a_warm_worker(reaping: RouterThread, pages: str) -> None:
+    """Both paused past the idle timeout, both click their old refs at the same moment: each
+    takes one of the reserve's warm workers with its prepared session (restores queued, no
+    handshake replayed), and each carries on with its cookie, page and pings."""
+    with ClaudeCodeClient(reaping.url) as first, ClaudeCodeClient(reaping.url) as second:
+        pair = (first, second)
+        befores = [sign_in(cc, pages, f"together{k}") for k, cc in enumerate(pair)]
+        pause_all(reaping, pair)
+        session = reaping.manager.sessions.get(first.session_id)
+        assert session is not None
+        pool = reaping.manager.pool
+        prepared = wait_for(
+            lambda: (lambda ids: ids if len(ids) >= 2 else None)(pool.prepared_sessions(session.initialize_params)),
+            timeout=2 * RESERVE_READY,
+        )
+        with ThreadPoolExecutor(2) as together:
+            list(together.map(lambda both: carries_on(both[0], both[1], reaping), zip(pair, befores, strict=True)))
+        for cc in pair:
+            resumed = reaping.manager.sessions.get(cc.session_id)
+            assert resumed is not None and resumed.worker_session_id in prepared
+            assert resumed.worker_has_roots
+
+
+def test_with_memory_short_the_reserve_ends_its_extra_worker_and_both_still_resume(
+    reaping: RouterThread, pages: str
+) -> None:
+    """Two conversations asleep, the reserve at two warm workers; then free memory falls under
+    the floor: the reserve ends one (its process tree gone) and keeps the first, and both
+    conversations still carry on, one on the warm worker, the other on a worker of its own."""
+    pool = reaping.manager.pool
+    state = reaping.settings.state_dir
+    spare, short = pool.spare_memory, pool.memory_short
+    with ClaudeCodeClient(reaping.url) as first, ClaudeCodeClient(reaping.url) as second:
+        pair = (first, second)
+        befores = [sign_in(cc, pages, f"short{k}") for k, cc in enumerate(pair)]
+        pause_all(reaping, pair)
+        warm = wait_for(lambda: (lambda ids: ids if len(ids) >= 2 else None)(pool.ready_ids()),
+                        timeout=2 * RESERVE_READY)  # fmt: skip
+        try:
+            pool.spare_memory, pool.memory_short = (lambda: False), (lambda: True)
+            kept = wait_for(lambda: (lambda ids: ids if len(ids) == 1 else None)(pool.ready_ids()),
+                            timeout=WORKER_GONE)  # fmt: skip
+            ended = [w for w in warm if w not in kept]
+            assert ended and set(kept) <= set(warm)
+            wait_for(lambda: not any(processes_for(state, w) for w in ended), timeout=WORKER_GONE)
+            for cc, before in zip(pair, befores, strict=True):
+                carries_on(cc, before, reaping)
+        finally:
+            pool.spare_memory, pool.memory_short = spare, short
+
+
+def test_pause_after_a_second_navigation_then_click_the_old_ref(reaping: RouterThread, pages: str) -> None:
+    """Real conversations navigate more than once; a tab's later documents number their refs
+    with a frame prefix (f1e3), which a freshly restored page does not reproduce by itself."""
+    with ClaudeCodeClient(reaping.url) as cc:
+        cc.call("browser_navigate", url=f"{pages}/second")
+        before = sign_in(cc, pages, "renav")
+        wait_worker_gone(reaping, cc.session_id, worker_of(reaping, cc.session_id))
+        carries_on(cc, before, reaping)
