@@ -229,13 +229,14 @@ def create_app(settings: Settings) -> Starlette:
         if failures:
             body["failures"] = failures
         if recorder is not None:
+            stats = recorder.stats()
             body["record"] = {
-                "failing": recorder.failing,
-                "failed_batches": recorder.failed_batches,
-                "failed_rows": recorder.failed_rows,
-                "dropped": recorder.dropped,
-                "queue": recorder.queue_len,
-                "queue_bytes": recorder.queue_bytes,
+                "failing": stats.failing,
+                "failed_batches": stats.failed_batches,
+                "failed_rows": stats.failed_rows,
+                "dropped": stats.dropped,
+                "queue": stats.queue_len,
+                "queue_bytes": stats.queue_bytes,
             }
         return JSONResponse(body, status_code=503 if failures else 200)
 

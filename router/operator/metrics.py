@@ -194,22 +194,23 @@ class _LiveCollector(Collector):
         yield sessions
         recorder = self.manager.recorder
         if recorder is not None:
+            stats = recorder.stats()
             queue = GaugeMetricFamily(f"{PREFIX}_recorder_queue_depth", "Record items waiting for the writer")
-            queue.add_metric([], recorder.queue_len)
+            queue.add_metric([], stats.queue_len)
             yield queue
             dropped = GaugeMetricFamily(
                 f"{PREFIX}_recorder_dropped", "Record items refused because the queue was full (since start)"
             )
-            dropped.add_metric([], recorder.dropped)
+            dropped.add_metric([], stats.dropped)
             yield dropped
             for name, help_text, number in (
-                ("recorder_queue_bytes", "Bytes of params and results waiting for the writer", recorder.queue_bytes),
-                ("recorder_failed_batches", "Record batches that lost rows (since start)", recorder.failed_batches),
-                ("recorder_failed_rows", "Record rows that could not be written (since start)", recorder.failed_rows),
+                ("recorder_queue_bytes", "Bytes of params and results waiting for the writer", stats.queue_bytes),
+                ("recorder_failed_batches", "Record batches that lost rows (since start)", stats.failed_batches),
+                ("recorder_failed_rows", "Record rows that could not be written (since start)", stats.failed_rows),
                 (
                     "recorder_linked_reads",
                     "Answers whose linked files were read after their row, on the writer thread (since start)",
-                    recorder.linked_reads,
+                    stats.linked_reads,
                 ),
             ):
                 gauge = GaugeMetricFamily(f"{PREFIX}_{name}", help_text)

@@ -19,7 +19,7 @@ Under load, the writer thread's batches are the group commit. Readers (``flush(l
 the read side's own) also wait for the linked files to be read.
 
 Failing loudly: failed batches and rows are counted (``failed_batches``, ``failed_rows``) for
-/metrics and /healthz; should the writer task itself die, ``on_writer_failure`` is told once.
+/metrics and /healthz (``stats()``); should the writer task itself die, ``on_writer_failure`` is told once.
 
 Must be used from the event loop thread only (the enqueue methods are not thread-safe).
 """
@@ -46,6 +46,7 @@ from router.record.records import Records
 from router.record.retention import Retention
 from router.record.rows import Enrichment, Item, approx_size
 from router.record.snapshots import normalize_console
+from router.record.stats import RecordStats
 from router.record.waiters import Waiters
 from router.record.writer_thread import WriterThread
 
@@ -167,47 +168,19 @@ class Recorder:
         except Exception:  # the proxy path must never see a recording problem
             log.exception("recorder: enqueue failed")
 
-    @property
-    def dropped(self) -> int:
-        """Items refused because the queue was full (since start)."""
-        return self._queue.dropped
-
-    @property
-    def queue_len(self) -> int:
-        return self._queue.items
-
-    @property
-    def queue_bytes(self) -> int:
-        return self._queue.bytes
-
-    @property
-    def written(self) -> int:
-        return self._batches.written
-
-    @property
-    def batches(self) -> int:
-        """Committed batch transactions (since start)."""
-        return self._batches.batches
-
-    @property
-    def failed_batches(self) -> int:
-        """Batches of which at least one item could not be written (since start)."""
-        return self._batches.failed_batches
-
-    @property
-    def failed_rows(self) -> int:
-        """Items that reached the writer and could not be written (since start)."""
-        return self._batches.failures
-
-    @property
-    def linked_reads(self) -> int:
-        """Answers whose linked files were read (or kept) after their row, on the writer thread."""
-        return self._enrich_queued
-
-    @property
-    def failing(self) -> bool:
-        """The last batch lost items (full or read-only disk...): the record is not keeping up."""
-        return self._batches.last_failed
+    def stats(self) -> RecordStats:
+        batches = self._batches
+        return RecordStats(
+            queue_len=self._queue.items,
+            queue_bytes=self._queue.bytes,
+            dropped=self._queue.dropped,
+            written=batches.written,
+            batches=batches.batches,
+            failed_batches=batches.failed_batches,
+            failed_rows=batches.failures,
+            linked_reads=self._enrich_queued,
+            failing=batches.last_failed,
+        )
 
     @property
     def writer_alive(self) -> bool:
@@ -409,4 +382,4 @@ class Recorder:
         """One transaction for the batch (on the writer thread, or on the loop while that thread
         is idle, ``begun`` by BatchWriter.begin_now); the seqs of the items lost."""
         assert self._thread.conn is not None
-        return self._batches.write(self._thread.conn, batch, self.dropped, begun=begun)
+        return self._batches.write(self._thread.conn, batch, self._queue.dropped, begun=begun)

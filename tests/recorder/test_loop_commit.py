@@ -115,7 +115,7 @@ async def test_wal_is_checkpointed_after_many_inline_answers(tmp_path: Path) -> 
             sizes.append(os.stat(wal).st_size)
         # Checkpointed every CHECKPOINT_EVERY commits, the WAL file stays at its high-water mark
         # (~9 MB here); never checkpointed, it grew by ~39 MB a round.
-        assert sizes[1] < sizes[0] * 1.5, f"WAL never checkpointed: {sizes} bytes after {rec.batches} commits"
+        assert sizes[1] < sizes[0] * 1.5, f"WAL never checkpointed: {sizes} bytes after {rec.stats().batches} commits"
 
 
 async def test_a_commit_on_the_loop_right_after_a_thread_batch_keeps_the_flush_promise(tmp_path: Path) -> None:
@@ -140,17 +140,17 @@ async def test_a_commit_on_the_loop_right_after_a_thread_batch_keeps_the_flush_p
         for i in range(5):  # past INLINE_MAX: the writer takes them to the thread at once
             _call(rec, f"a{i}")
         for _ in range(100):  # loop iterations, not time: the writer task was woken at once
-            if not rec.queue_len:
+            if not rec.stats().queue_len:
                 break
             await asyncio.sleep(0)
-        assert rec.queue_len == 0, "the writer did not take the batch"
+        assert rec.stats().queue_len == 0, "the writer did not take the batch"
         _call(rec, "b")  # the next answer, queued while the thread works
         flushes: list[asyncio.Task[bool]] = []
 
         async def busy_neighbour() -> None:
             # Other requests on the loop: each iteration one of them may be an answer's flush,
             # until the answer queued behind the thread's batch is written.
-            while rec.queue_len:
+            while rec.stats().queue_len:
                 flushes.append(asyncio.create_task(rec.flush_rows()))
                 await asyncio.sleep(0)
 
@@ -202,12 +202,12 @@ async def test_a_call_slower_than_a_click_settles_is_still_one_commit(tmp_path: 
         await rec.flush()
         commits = []
         for i in range(3):
-            before = rec.batches
+            before = rec.stats().batches
             rec.request(f"r{i}", "s", "tools/call", "browser_click", {}, size=10)
             await asyncio.sleep(0.1)  # the worker's time on the call, not synchronisation
             rec.response(f"r{i}", status="success", result="{}", duration_ms=100.0, output_dir=None)
             assert await rec.flush_rows()
-            commits.append(rec.batches - before)
+            commits.append(rec.stats().batches - before)
         # The first call meets the writer task's first turn, which writes whatever is queued.
         assert commits[1:] == [1, 1], commits
 

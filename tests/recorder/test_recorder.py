@@ -81,8 +81,8 @@ async def test_enqueue_is_batched(recorder: Recorder, db_path: Path) -> None:
         _call(recorder, "s", f"ref-{i}")
     await recorder.flush()
     assert _count(db_path, "requests") == _count(db_path, "responses") == 1000
-    assert recorder.batches <= -(-2000 // BATCH_MAX)
-    assert recorder.written == 2000 and recorder.failed_rows == 0 and recorder.dropped == 0
+    assert recorder.stats().batches <= -(-2000 // BATCH_MAX)
+    assert recorder.stats().written == 2000 and recorder.stats().failed_rows == 0 and recorder.stats().dropped == 0
 
 
 async def test_flush_waits_only_for_what_was_enqueued(recorder: Recorder, db_path: Path) -> None:
@@ -111,14 +111,14 @@ async def test_concurrent_sessions(db_path: Path) -> None:
     for table in ("requests", "responses", "console_logs"):
         assert _count(db_path, table) == total
     assert sorted(c["calls"] for c in calls) == [per_session] * sessions
-    assert rec.dropped == 0 and rec.failed_rows == 0
+    assert rec.stats().dropped == 0 and rec.stats().failed_rows == 0
 
 
 async def test_full_queue_drops_and_counts(db_path: Path) -> None:
     rec = Recorder(db_path, queue_max=10)
     for i in range(15):  # the writer is not running yet: nothing drains
         rec.request(f"r{i}", "s", "ping", None, None)
-    assert rec.dropped == 5 and rec.queue_len == 10
+    assert rec.stats().dropped == 5 and rec.stats().queue_len == 10
     async with rec.run():
         await rec.flush()
     assert _count(db_path, "requests") == 10
@@ -131,7 +131,7 @@ async def test_write_failure_never_raises_and_is_recorded_later(recorder: Record
     await recorder.call_in_writer(lambda c: c.execute("PRAGMA query_only = ON"))
     ref = _call(recorder, "s")
     await recorder.flush()
-    assert recorder.failed_rows == 2
+    assert recorder.stats().failed_rows == 2
     assert _count(db_path, "responses") == 0
     await recorder.call_in_writer(lambda c: c.execute("PRAGMA query_only = OFF"))
     later = _call(recorder, "s")
@@ -149,7 +149,7 @@ async def test_broken_connection_is_survived(db_path: Path) -> None:
         _call(rec, "s")
         rec.session_state("s", "closed")
         await rec.flush()  # returns although nothing could be written
-        assert rec.failed_rows == 3 and rec.written == 0
+        assert rec.stats().failed_rows == 3 and rec.stats().written == 0
 
 
 async def test_one_bad_row_does_not_cost_the_batch(recorder: Recorder, db_path: Path) -> None:
@@ -158,7 +158,7 @@ async def test_one_bad_row_does_not_cost_the_batch(recorder: Recorder, db_path: 
     recorder.response("odd", status="maybe", result=None, duration_ms=0)  # violates the CHECK
     good = _call(recorder, "s")
     await recorder.flush()
-    assert recorder.failed_rows == 2
+    assert recorder.stats().failed_rows == 2
     assert {r[0] for r in _query(db_path, "SELECT ref_id FROM responses")} == {"dup", good}
     whats = sorted(r[0] for r in _query(db_path, "SELECT what FROM recorder_failures"))
     assert whats == ["request dup", "response odd"]
@@ -309,11 +309,11 @@ async def test_back_to_back_calls_commit_once_each(
     # commit is made, the wait is over: the next call's request must not be written alone
     # (a second commit and a thread hop for that call) by the previous request's timer.
     monkeypatch.setattr(recorder_module, "WRITE_DELAY_S", 0.05)
-    before = recorder.batches
+    before = recorder.stats().batches
     for i in range(20):
         recorder.request(f"r{i}", "s", "tools/call", "browser_tabs", {})
         await asyncio.sleep(0.01)  # the worker's time to answer, well inside the delay
         recorder.response(f"r{i}", status="success", result="{}", duration_ms=10.0)
         assert await recorder.flush_rows()
-    assert recorder.batches - before == 20
+    assert recorder.stats().batches - before == 20
     assert _count(db_path, "responses") == 20

@@ -32,23 +32,23 @@ def _count(db: Path, table: str) -> int:
 async def test_flush_says_false_after_a_failed_batch_and_counts_it(recorder: Recorder) -> None:
     _call(recorder)
     assert await recorder.flush() is True
-    assert (recorder.failed_batches, recorder.failed_rows, recorder.failing) == (0, 0, False)
+    assert (recorder.stats().failed_batches, recorder.stats().failed_rows, recorder.stats().failing) == (0, 0, False)
     # query_only makes every write fail like a read-only or full disk would (root ignores chmod).
     await recorder.call_in_writer(lambda c: c.execute("PRAGMA query_only = ON"))
     _call(recorder)
     assert await recorder.flush() is False
-    assert (recorder.failed_batches, recorder.failed_rows, recorder.failing) == (1, 2, True)
+    assert (recorder.stats().failed_batches, recorder.stats().failed_rows, recorder.stats().failing) == (1, 2, True)
     await recorder.call_in_writer(lambda c: c.execute("PRAGMA query_only = OFF"))
     _call(recorder)
     assert await recorder.flush() is True  # an earlier failure is not this flush's
-    assert recorder.failing is False and recorder.failed_batches == 1
+    assert recorder.stats().failing is False and recorder.stats().failed_batches == 1
 
 
 async def test_one_bad_row_makes_the_flush_false(recorder: Recorder) -> None:
     recorder.response("odd", status="maybe", result=None, duration_ms=0)  # violates the CHECK
     _call(recorder)
     assert await recorder.flush() is False
-    assert recorder.failed_batches == 1 and recorder.failed_rows == 1
+    assert recorder.stats().failed_batches == 1 and recorder.stats().failed_rows == 1
 
 
 async def test_the_queue_is_bounded_in_bytes_and_a_drop_makes_the_flush_false(
@@ -59,14 +59,14 @@ async def test_the_queue_is_bounded_in_bytes_and_a_drop_makes_the_flush_false(
     with caplog.at_level(logging.ERROR, logger="router.record.recorder"):
         for _ in range(6):  # the writer is not running yet: nothing drains
             _call(rec, result=mib)
-    assert rec.queue_bytes <= 4 * 1024 * 1024
-    assert rec.dropped == 3  # three responses of 1 MiB fit; the rest and nothing else refused
-    assert rec.queue_len == 9
+    assert rec.stats().queue_bytes <= 4 * 1024 * 1024
+    assert rec.stats().dropped == 3  # three responses of 1 MiB fit; the rest and nothing else refused
+    assert rec.stats().queue_len == 9
     dropped_lines = [r for r in caplog.records if "queue full" in r.getMessage()]
     assert len(dropped_lines) == 1  # logged once per interval, not once per item
     async with rec.run():
         assert await rec.flush() is False
-        assert rec.queue_bytes == 0 and rec.queue_len == 0
+        assert rec.stats().queue_bytes == 0 and rec.stats().queue_len == 0
         assert _count(db_path, "responses") == 3
         _call(rec)
         assert await rec.flush() is True
@@ -77,7 +77,7 @@ async def test_a_huge_params_value_counts_by_its_size(db_path: Path) -> None:
     rec.request("r1", "s", "tools/call", "t", {"arguments": {"text": "y" * (2 * 1024 * 1024)}})
     rec.request("r2", "s", "tools/call", "t", [[i] for i in range(20_000)])  # deep: measured by encoding
     rec.request("r3", "s", "tools/call", "t", None, size=2 * 1024 * 1024)
-    assert rec.dropped == 2 and rec.queue_len == 1
+    assert rec.stats().dropped == 2 and rec.stats().queue_len == 1
 
 
 async def test_a_dead_writer_is_reported_and_flush_returns_false(
