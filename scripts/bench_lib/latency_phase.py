@@ -55,6 +55,7 @@ async def run(a: argparse.Namespace, env: Env, page: str, started: Started, sg_n
     targets += [t for t, k in ((started.rec, REC), (started.norec, NOREC), (started.sg, SG)) if t and k in a.paths]
     measured = {k: t for t, k in ((started.rec, REC), (started.norec, NOREC)) if k in a.paths}
     extra: list[Target] = []
+    labels = dict(LABELS)  # and the variants'
     for name, app in RELAY_APPS.items():
         if name in a.paths:
             # A worker of its own, started as the direct one is: two MCP sessions on one worker's
@@ -67,20 +68,25 @@ async def run(a: argparse.Namespace, env: Env, page: str, started: Started, sg_n
     for spec in a.variant:
         label, _, rest = spec.partition("=")
         src, *flags = shlex.split(rest) or ["-"]
-        LABELS[label] = f"variant `{label}`"
+        labels[label] = f"variant `{label}`"
         variant = start_router(env, label, *flags, src=None if src == "-" else ROOT / src)
         extra.append(variant)
         targets.append(variant)
         measured[label] = variant
     try:
-        return await _measure(a, targets, measured, page, sg_note)
+        return await _measure(a, targets, measured, labels, page, sg_note)
     finally:
         for target in extra:
             env.registry.stop(target.child)
 
 
 async def _measure(
-    a: argparse.Namespace, targets: list[Target], measured: dict[str, Target], page: str, sg_note: str
+    a: argparse.Namespace,
+    targets: list[Target],
+    measured: dict[str, Target],
+    labels: dict[str, str],
+    page: str,
+    sg_note: str,
 ) -> LatencyOutcome:
     await m.quiet("latency")
     m.say(f"latency: {a.iterations} interleaved rounds × {len(a.tools)} tools × {len(targets)} paths")
@@ -93,13 +99,13 @@ async def _measure(
         f"`browser_click` in every {a.click_every}th; one keep-alive connection per path)",
         "",
     ]
-    got.lines += report.latency_table(lat, DIRECT, LABELS)
-    got.cpu_ms_per_call = {LABELS[k]: v for k, v in lat.cpu_ms_per_call.items()}
+    got.lines += report.latency_table(lat, DIRECT, labels)
+    got.cpu_ms_per_call = {labels[k]: v for k, v in lat.cpu_ms_per_call.items()}
     got.relay_cpu_ms = lat.cpu_ms_per_call.get(RELAY_COMMIT)
     got.lines += [
         "",
         "CPU per call of each process in between (user + system, net of its idle rate): "
-        + ", ".join(f"{LABELS[k]} {v:.2f} ms" for k, v in lat.cpu_ms_per_call.items())
+        + ", ".join(f"{labels[k]} {v:.2f} ms" for k, v in lat.cpu_ms_per_call.items())
         + ".",
         "",
     ]
@@ -110,14 +116,14 @@ async def _measure(
             ratio, tool = report.worst_ratio(lat, DIRECT, name, q)
             note = f"worst: `{tool}`"
             for relay in (k for k in RELAY_APPS if k in lat.samples):
-                note += f"; {LABELS[relay].split(' (')[0]}: {report.ratio(lat, DIRECT, relay, q, tool):.3f}×"
-            got.goals.append(report.Goal(f"{LABELS[name]} ÷ direct, p{q} (worst tool)", ratio, limit, note=note))
+                note += f"; {labels[relay].split(' (')[0]}: {report.ratio(lat, DIRECT, relay, q, tool):.3f}×"
+            got.goals.append(report.Goal(f"{labels[name]} ÷ direct, p{q} (worst tool)", ratio, limit, note=note))
     if a.profile:
-        got.lines += await _profile(a, measured, page)
+        got.lines += await _profile(a, measured, labels[a.profile_path], page)
     return got
 
 
-async def _profile(a: argparse.Namespace, measured: dict[str, Target], page: str) -> list[str]:
+async def _profile(a: argparse.Namespace, measured: dict[str, Target], label: str, page: str) -> list[str]:
     m.say(f"profile: py-spy on the router for {a.profile:.0f} s of routed calls")
     raw = a.out.parent / "profile-router.txt"
     profiled = measured[a.profile_path]
@@ -127,5 +133,5 @@ async def _profile(a: argparse.Namespace, measured: dict[str, Target], page: str
     await asyncio.sleep(1.0)
     calls = await m.routed_loop(profiled, page, a.profile)
     profile.stop(spy)
-    lines = [f"### Router profile (py-spy on {LABELS[a.profile_path]}, routed tool-call loop)", ""]
+    lines = [f"### Router profile (py-spy on {label}, routed tool-call loop)", ""]
     return [*lines, *profile.summary(raw, calls), "", f"Raw collapsed stacks: `{raw}`.", ""]
