@@ -43,7 +43,8 @@ def _no_browser_outside_e2e(request: pytest.FixtureRequest, monkeypatch: pytest.
 
 @pytest.fixture(scope="session", autouse=True)
 def _handshake_seeds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """One start-up probe per kind of worker for the run (tests/support/handshake_seeds.py)."""
+    """One start-up probe per kind of worker for the run, per test process under xdist
+    (tests/support/handshake_seeds.py)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(SEEDS_ENV, str(tmp_path_factory.mktemp("handshake-seeds")))
         yield

@@ -169,6 +169,8 @@ class Recorder:
             log.exception("recorder: enqueue failed")
 
     def stats(self) -> RecordStats:
+        """The counters now. Read on the loop while the writer thread may be mid-batch: each is
+        right on its own, a batch's rows and its failure may land in different readings."""
         batches = self._batches
         return RecordStats(
             queue_len=self._queue.items,

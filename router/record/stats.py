@@ -1,4 +1,4 @@
-"""What the record has done since start, read at one moment: for /metrics and /healthz."""
+"""What the record has done since start, read in one call: for /metrics and /healthz."""
 
 from __future__ import annotations
 

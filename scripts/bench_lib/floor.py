@@ -51,8 +51,8 @@ def in_front_of(env: Env, worker: Target, app: str, name: str) -> Target:
     upstream = urllib.parse.urlsplit(worker.endpoint.url).port
     assert upstream is not None, worker.endpoint.url
     port = free_port()
-    child = _serve(env, name, app, port, upstream)
-    return Target(Endpoint(name, f"http://127.0.0.1:{port}/mcp"), child, env.work)
+    child = _serve(env, f"{name}-latency", app, port, upstream)  # its own log, not the floor phase's
+    return Target(Endpoint(name, f"http://127.0.0.1:{port}/mcp"), child, worker.state_dir)
 
 
 def _serve(env: Env, name: str, app: str, port: int, upstream: int | None) -> Spawned:

@@ -77,9 +77,10 @@ class _Relay:
         answered = await upstream.aread()
         await upstream.aclose()
         returned = [(name, value) for name in RETURNED if (value := upstream.header(name)) is not None]
-        if db is not None and body and answered:  # a notification's 202 has no body, a DELETE no request
+        # A notification's 202 has no body, a DELETE no request; an error's status goes back as is.
+        if db is not None and body and answered and upstream.status_code == 200:
             request = json.loads(body)
-            data = answered.split(b"data: ", 1)[-1]
+            data = answered.split(b"data: ", 1)[-1].split(b"\n\n", 1)[0]  # the first event's data
             json.loads(data)
             db.execute("BEGIN")
             db.execute(

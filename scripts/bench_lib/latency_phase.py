@@ -16,6 +16,8 @@ from bench_lib import floor, profile, report
 from bench_lib import measure as m
 from bench_lib.targets import Env, Target, start_router, start_worker
 
+from workers.orphans import end_processes, processes_for
+
 ROOT: Final = Path(__file__).resolve().parents[2]
 DIRECT, REC, NOREC, SG = "direct", "router", "router-norec", "supergateway"
 RELAY, RELAY_COMMIT = "relay", "relay-commit"
@@ -55,6 +57,7 @@ async def run(a: argparse.Namespace, env: Env, page: str, started: Started, sg_n
     targets += [t for t, k in ((started.rec, REC), (started.norec, NOREC), (started.sg, SG)) if t and k in a.paths]
     measured = {k: t for t, k in ((started.rec, REC), (started.norec, NOREC)) if k in a.paths}
     extra: list[Target] = []
+    workers: list[Target] = []  # the relays' own
     labels = dict(LABELS)  # and the variants'
     for name, app in RELAY_APPS.items():
         if name in a.paths:
@@ -62,7 +65,8 @@ async def run(a: argparse.Namespace, env: Env, page: str, started: Started, sg_n
             # shared browser context renumber each other's refs, and the clicks fail.
             worker = start_worker(env, f"{name}-worker")
             relay = floor.in_front_of(env, worker, app, name)
-            extra += [relay, worker]
+            extra.append(relay)
+            workers.append(worker)
             targets.append(relay)
             measured[name] = relay
     for spec in a.variant:
@@ -76,8 +80,10 @@ async def run(a: argparse.Namespace, env: Env, page: str, started: Started, sg_n
     try:
         return await _measure(a, targets, measured, labels, page, sg_note)
     finally:
-        for target in extra:
+        for target in extra + workers:
             env.registry.stop(target.child)
+        for worker in workers:  # its Chromium runs in a session of its own, outside node's group
+            end_processes(processes_for(worker.state_dir), grace=1.0)
 
 
 async def _measure(
@@ -118,7 +124,9 @@ async def _measure(
             for relay in (k for k in RELAY_APPS if k in lat.samples):
                 note += f"; {labels[relay].split(' (')[0]}: {report.ratio(lat, DIRECT, relay, q, tool):.3f}×"
             got.goals.append(report.Goal(f"{labels[name]} ÷ direct, p{q} (worst tool)", ratio, limit, note=note))
-    if a.profile:
+    if a.profile and a.profile_path not in measured:
+        got.lines += [f"Profile: `{a.profile_path}` was not among the latency paths; skipped.", ""]
+    elif a.profile:
         got.lines += await _profile(a, measured, labels[a.profile_path], page)
     return got
 

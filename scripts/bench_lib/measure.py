@@ -67,7 +67,7 @@ def tool_args(tool: str, ref: str) -> dict[str, Any]:
 @dataclass
 class LatencyResult:
     samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # target → tool → seconds
-    cpu_ms_per_call: dict[str, float] = field(default_factory=dict)  # router target → CPU ms per call
+    cpu_ms_per_call: dict[str, float] = field(default_factory=dict)  # routers, relays → CPU ms per call
 
 
 async def latency(

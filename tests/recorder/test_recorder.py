@@ -308,11 +308,13 @@ async def test_back_to_back_calls_commit_once_each(
     # A lone request waits WRITE_DELAY_S for its answer so both go in one commit. Once that
     # commit is made, the wait is over: the next call's request must not be written alone
     # (a second commit and a thread hop for that call) by the previous request's timer.
-    monkeypatch.setattr(recorder_module, "WRITE_DELAY_S", 0.05)
+    # 0.2 s: ten times the 20-ms answer below, slack for a loaded machine (the suite runs in
+    # parallel), yet the 20 calls take twice as long, so a timer that outlived its commit fires.
+    monkeypatch.setattr(recorder_module, "WRITE_DELAY_S", 0.2)
     before = recorder.stats().batches
     for i in range(20):
         recorder.request(f"r{i}", "s", "tools/call", "browser_tabs", {})
-        await asyncio.sleep(0.01)  # the worker's time to answer, well inside the delay
+        await asyncio.sleep(0.02)  # the worker's time to answer, well inside the delay
         recorder.response(f"r{i}", status="success", result="{}", duration_ms=10.0)
         assert await recorder.flush_rows()
     assert recorder.stats().batches - before == 20
