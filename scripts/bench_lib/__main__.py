@@ -106,8 +106,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--paths",
         default=",".join(PATHS),
-        help="latency paths besides the variants (direct is always measured; relay and relay-commit: "
-        "the floor's bare relays, each in front of its own worker)",
+        help="latency paths besides the variants (direct is always measured; relay, relay-commit, "
+        "relay-node, relay-nginx: the floor's bare relays, each in front of its own worker; relay-nginx "
+        "is skipped without nginx)",
     )
     p.add_argument("--tools", default=",".join(m.TOOLS), help="tools timed in the latency rounds")
     p.add_argument("--click-every", type=int, default=4, help="time browser_click in every Nth round only")
@@ -141,6 +142,7 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
     direct = rec = norec = sg = None
     router_cpu: dict[str, float] = {}  # CPU ms per routed call in the latency rounds, by label
     relay_cpu: float | None = None  # the floor's recording relay in the latency rounds
+    nginx_cpu: float | None = None  # the floor's nginx relay in the latency rounds
     if {"latency", "init"} & a.only:
         m.say("starting direct worker, routers (recording on/off)" + (", supergateway" if sg_entry else ""))
         direct = start_worker(env, DIRECT)
@@ -152,7 +154,7 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
         got = await latency_phase.run(a, env, page, latency_phase.Started(direct, rec, norec, sg), sg_note)
         out += got.lines
         goals += got.goals
-        router_cpu, relay_cpu = got.cpu_ms_per_call, got.relay_cpu_ms
+        router_cpu, relay_cpu, nginx_cpu = got.cpu_ms_per_call, got.relay_cpu_ms, got.nginx_cpu_ms
 
     if "init" in a.only and direct and rec:
         rows: dict[str, m.InitResult] = {}
@@ -277,7 +279,7 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
         out += [*floor.table(floors, router_cpu), ""]
 
     if {"memory", "throughput"} & a.only:
-        lines, more = await load_phase.run(a, env, page, load_phase.floor_note(floor_ms, relay_cpu))
+        lines, more = await load_phase.run(a, env, page, load_phase.floor_note(floor_ms, relay_cpu, nginx_cpu))
         out += lines
         goals += more
 

@@ -5,15 +5,19 @@ the last row is the router's sessions, security, record and continuity.
 
 Measured here in a loop against a fixed answer, caches stay warm. ``in_front_of`` puts the same
 relays in front of a real worker, for the latency rounds: there they run as the router does,
-between a worker's calls on cores shared with node and Chromium."""
+between a worker's calls on cores shared with node and Chromium; there too a bare relay in Node
+(node_relay.js, the workers' own node) and nginx (native code, one process) show what the hop
+alone costs outside Python."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 import urllib.parse
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 import httpx
@@ -32,6 +36,30 @@ HEADERS: Final = {
     "mcp-session-id": "f" * 32,
     "mcp-protocol-version": "2025-06-18",
 }
+NODE_RELAY: Final = "node"  # node_relay.js: the bare relay outside Python
+NODE_RELAY_JS: Final = Path(__file__).with_name("node_relay.js")
+NGINX_RELAY: Final = "nginx"  # nginx as a bare relay: native code, one process (no master)
+NGINX_CONF: Final = """daemon off; master_process off; worker_processes 1; pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 256; }}
+http {{
+  access_log off;
+  client_body_temp_path {dir}/body; proxy_temp_path {dir}/proxy;
+  fastcgi_temp_path {dir}/f; uwsgi_temp_path {dir}/u; scgi_temp_path {dir}/s;
+  upstream worker {{ server 127.0.0.1:{upstream}; keepalive 8; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location /mcp {{
+      proxy_pass http://worker;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host localhost:{upstream};
+      proxy_buffering off;
+      proxy_request_buffering off;
+    }}
+  }}
+}}
+"""
 APPS: Final = (
     ("uvicorn answering by itself (a worker's fixed answer)", "answer"),
     ("uvicorn relaying through the router's upstream client", "relay"),
@@ -47,12 +75,42 @@ class FloorRow:
 
 
 def in_front_of(env: Env, worker: Target, app: str, name: str) -> Target:
-    """The floor's ``app`` (``relay`` or ``recording_relay``) relaying to ``worker``."""
+    """The floor's ``app`` (``relay``, ``recording_relay``, ``NODE_RELAY``, ``NGINX_RELAY``) before ``worker``."""
     upstream = urllib.parse.urlsplit(worker.endpoint.url).port
     assert upstream is not None, worker.endpoint.url
     port = free_port()
-    child = _serve(env, f"{name}-latency", app, port, upstream)  # its own log, not the floor phase's
+    serve = {NODE_RELAY: _serve_node, NGINX_RELAY: _serve_nginx}.get(app, _serve)
+    child = serve(env, f"{name}-latency", app, port, upstream)  # its own log, not the floor phase's
     return Target(Endpoint(name, f"http://127.0.0.1:{port}/mcp"), child, worker.state_dir)
+
+
+def _serve_node(env: Env, name: str, app: str, port: int, upstream: int | None) -> Spawned:
+    node = env.root / "workers" / "node_modules" / ".bin" / "node"  # the workers' own node
+    argv = [str(node) if node.exists() else "node", str(NODE_RELAY_JS), str(port)]
+    environ = {floor_apps.UPSTREAM_PORT_ENV: str(upstream)}
+    child = env.registry.spawn(name, argv, env=environ, log=env.logs / f"floor-{name}.log")
+    wait_port(port, 20, child)
+    return child
+
+
+def available(app: str) -> bool:
+    """nginx is not a dependency of the router: its floor is measured where it is installed."""
+    return app != NGINX_RELAY or _nginx() is not None
+
+
+def _nginx() -> str | None:
+    return shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if Path(p).exists()), None)
+
+
+def _serve_nginx(env: Env, name: str, app: str, port: int, upstream: int | None) -> Spawned:
+    nginx = _nginx()
+    assert nginx is not None
+    conf_dir = env.fresh_dir(f"floor-{name}")
+    (conf_dir / "nginx.conf").write_text(NGINX_CONF.format(dir=conf_dir, port=port, upstream=upstream))
+    argv = [nginx, "-p", str(conf_dir), "-c", str(conf_dir / "nginx.conf")]
+    child = env.registry.spawn(name, argv, log=env.logs / f"floor-{name}.log")
+    wait_port(port, 20, child)
+    return child
 
 
 def _serve(env: Env, name: str, app: str, port: int, upstream: int | None) -> Spawned:

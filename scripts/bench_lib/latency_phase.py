@@ -1,7 +1,8 @@
 """The latency phase of scripts/bench: tool calls interleaved over every path (the worker used
 directly, the routers, supergateway, the floor's bare relays in front of workers started as the
-direct one is, and any variants), their p50/p95 ratios to the direct worker, the routers' CPU per call, and an
-optional py-spy profile of one router."""
+direct one is: in Python, in Node and nginx; and any variants), their p50/p95 ratios to the
+direct worker, the CPU per call of each process in between, and an optional py-spy profile of
+one router."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from workers.orphans import end_processes, processes_for
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 DIRECT, REC, NOREC, SG = "direct", "router", "router-norec", "supergateway"
-RELAY, RELAY_COMMIT = "relay", "relay-commit"
-PATHS: Final = (DIRECT, REC, NOREC, SG, RELAY, RELAY_COMMIT)
+RELAY, RELAY_COMMIT, RELAY_NODE, RELAY_NGINX = "relay", "relay-commit", "relay-node", "relay-nginx"
+PATHS: Final = (DIRECT, REC, NOREC, SG, RELAY, RELAY_COMMIT, RELAY_NODE, RELAY_NGINX)
 LABELS: Final = {
     DIRECT: "direct worker",
     REC: "router (recording on)",
@@ -29,9 +30,16 @@ LABELS: Final = {
     SG: "supergateway `--stateful`",
     RELAY: "Python relay, nothing else (the floor's)",
     RELAY_COMMIT: "Python relay + one commit per call (the floor's)",
+    RELAY_NODE: "Node relay, nothing else (the floor's)",
+    RELAY_NGINX: "nginx relay, nothing else (the floor's)",
 }
 # The floor's apps (floor_apps.py), each in front of a worker started as the direct one, by path.
-RELAY_APPS: Final = {RELAY: "relay", RELAY_COMMIT: "recording_relay"}
+RELAY_APPS: Final = {
+    RELAY: "relay",
+    RELAY_COMMIT: "recording_relay",
+    RELAY_NODE: floor.NODE_RELAY,
+    RELAY_NGINX: floor.NGINX_RELAY,
+}
 
 
 @dataclass
@@ -50,17 +58,20 @@ class LatencyOutcome:
     goals: list[report.Goal] = field(default_factory=list)
     cpu_ms_per_call: dict[str, float] = field(default_factory=dict)  # by label
     relay_cpu_ms: float | None = None  # the relay with a commit: the floor where the router runs
+    nginx_cpu_ms: float | None = None  # nginx relaying, nothing else: native code's floor there
 
 
 async def run(a: argparse.Namespace, env: Env, page: str, started: Started, sg_note: str) -> LatencyOutcome:
     targets = [started.direct]
     targets += [t for t, k in ((started.rec, REC), (started.norec, NOREC), (started.sg, SG)) if t and k in a.paths]
-    measured = {k: t for t, k in ((started.rec, REC), (started.norec, NOREC)) if k in a.paths}
+    # supergateway's own node process too (its worker is a child of its own): a Node proxy's CPU.
+    measured = {k: t for t, k in ((started.rec, REC), (started.norec, NOREC), (started.sg, SG)) if t and k in a.paths}
     extra: list[Target] = []
     workers: list[Target] = []  # the relays' own
     labels = dict(LABELS)  # and the variants'
+    skipped = [labels[name] for name, app in RELAY_APPS.items() if name in a.paths and not floor.available(app)]
     for name, app in RELAY_APPS.items():
-        if name in a.paths:
+        if name in a.paths and floor.available(app):
             # A worker of its own, started as the direct one is: two MCP sessions on one worker's
             # shared browser context renumber each other's refs, and the clicks fail.
             worker = start_worker(env, f"{name}-worker")
@@ -78,7 +89,10 @@ async def run(a: argparse.Namespace, env: Env, page: str, started: Started, sg_n
         targets.append(variant)
         measured[label] = variant
     try:
-        return await _measure(a, targets, measured, labels, page, sg_note)
+        got = await _measure(a, targets, measured, labels, page, sg_note)
+        for label in skipped:
+            got.lines += [f"{label}: not installed here; skipped.", ""]
+        return got
     finally:
         for target in extra + workers:
             env.registry.stop(target.child)
@@ -108,6 +122,7 @@ async def _measure(
     got.lines += report.latency_table(lat, DIRECT, labels)
     got.cpu_ms_per_call = {labels[k]: v for k, v in lat.cpu_ms_per_call.items()}
     got.relay_cpu_ms = lat.cpu_ms_per_call.get(RELAY_COMMIT)
+    got.nginx_cpu_ms = lat.cpu_ms_per_call.get(RELAY_NGINX)
     got.lines += [
         "",
         "CPU per call of each process in between (user + system, net of its idle rate): "
