@@ -12,6 +12,7 @@ alone costs outside Python."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -25,6 +26,8 @@ from bench_lib import floor_apps
 from bench_lib.client import Endpoint
 from bench_lib.procs import Spawned, cpu_seconds, free_port, wait_port
 from bench_lib.targets import Env, Target
+
+from workers.node import node_executable
 
 WARMUP: Final = 300
 CALLS: Final = 3000
@@ -85,8 +88,7 @@ def in_front_of(env: Env, worker: Target, app: str, name: str) -> Target:
 
 
 def _serve_node(env: Env, name: str, app: str, port: int, upstream: int | None) -> Spawned:
-    node = env.root / "workers" / "node_modules" / ".bin" / "node"  # the workers' own node
-    argv = [str(node) if node.exists() else "node", str(NODE_RELAY_JS), str(port)]
+    argv = [node_executable(), str(NODE_RELAY_JS), str(port)]  # the node the router runs workers on
     environ = {floor_apps.UPSTREAM_PORT_ENV: str(upstream)}
     child = env.registry.spawn(name, argv, env=environ, log=env.logs / f"floor-{name}.log")
     wait_port(port, 20, child)
@@ -99,7 +101,7 @@ def available(app: str) -> bool:
 
 
 def _nginx() -> str | None:
-    return shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if Path(p).exists()), None)
+    return shutil.which("nginx", path=f"{os.environ.get('PATH', '')}:/usr/sbin")  # sbin: not on every PATH
 
 
 def _serve_nginx(env: Env, name: str, app: str, port: int, upstream: int | None) -> Spawned:

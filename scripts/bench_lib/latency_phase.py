@@ -41,6 +41,8 @@ RELAY_APPS: Final = {
     RELAY_NGINX: floor.NGINX_RELAY,
 }
 
+NOT_PYTHON: Final = frozenset({SG, RELAY_NODE, RELAY_NGINX})  # measured, but py-spy cannot read them
+
 
 @dataclass
 class Started:
@@ -69,17 +71,21 @@ async def run(a: argparse.Namespace, env: Env, page: str, started: Started, sg_n
     extra: list[Target] = []
     workers: list[Target] = []  # the relays' own
     labels = dict(LABELS)  # and the variants'
-    skipped = [labels[name] for name, app in RELAY_APPS.items() if name in a.paths and not floor.available(app)]
+    skipped: list[str] = []
     for name, app in RELAY_APPS.items():
-        if name in a.paths and floor.available(app):
-            # A worker of its own, started as the direct one is: two MCP sessions on one worker's
-            # shared browser context renumber each other's refs, and the clicks fail.
-            worker = start_worker(env, f"{name}-worker")
-            relay = floor.in_front_of(env, worker, app, name)
-            extra.append(relay)
-            workers.append(worker)
-            targets.append(relay)
-            measured[name] = relay
+        if name not in a.paths:
+            continue
+        if not floor.available(app):
+            skipped.append(labels[name])
+            continue
+        # A worker of its own, started as the direct one is: two MCP sessions on one worker's
+        # shared browser context renumber each other's refs, and the clicks fail.
+        worker = start_worker(env, f"{name}-worker")
+        relay = floor.in_front_of(env, worker, app, name)
+        extra.append(relay)
+        workers.append(worker)
+        targets.append(relay)
+        measured[name] = relay
     for spec in a.variant:
         label, _, rest = spec.partition("=")
         src, *flags = shlex.split(rest) or ["-"]
@@ -139,8 +145,8 @@ async def _measure(
             for relay in (k for k in RELAY_APPS if k in lat.samples):
                 note += f"; {labels[relay].split(' (')[0]}: {report.ratio(lat, DIRECT, relay, q, tool):.3f}×"
             got.goals.append(report.Goal(f"{labels[name]} ÷ direct, p{q} (worst tool)", ratio, limit, note=note))
-    if a.profile and a.profile_path not in measured:
-        got.lines += [f"Profile: `{a.profile_path}` was not among the latency paths; skipped.", ""]
+    if a.profile and (a.profile_path not in measured or a.profile_path in NOT_PYTHON):
+        got.lines += [f"Profile: `{a.profile_path}` is no Python process among the latency paths; skipped.", ""]
     elif a.profile:
         got.lines += await _profile(a, measured, labels[a.profile_path], page)
     return got
