@@ -11,7 +11,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
+
+from workers.ports import spare_port
 
 ACCEPT = "application/json, text/event-stream"
 
@@ -46,12 +47,6 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args: object) -> None:
         pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def call(
@@ -105,7 +100,7 @@ def main() -> int:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     page = f"http://127.0.0.1:{server.server_address[1]}/"
-    port = free_port()
+    port = spare_port()
     with tempfile.TemporaryDirectory() as state:
         router = subprocess.Popen(
             [sys.executable, "-m", "router.cli", "serve", "--port", str(port), "--state-dir", state],

@@ -15,10 +15,11 @@ import anyio
 
 from ._exceptions import NoPortAvailable
 
-__all__ = ["PORT_MIN", "PORT_SPAN", "PortAllocator", "accepts", "derive_port", "port_is_bindable"]
+__all__ = ["PORT_MIN", "PORT_SPAN", "PortAllocator", "accepts", "derive_port", "port_is_bindable", "spare_port"]
 
 PORT_MIN, PORT_SPAN = 20000, 20000
 LOOPBACK = "127.0.0.1"
+SPARE_PORT_TRIES = 50
 
 
 def derive_port(session_id: str, port_min: int = PORT_MIN, span: int = PORT_SPAN) -> int:
@@ -50,6 +51,23 @@ def port_is_bindable(port: int, host: str = LOOPBACK) -> bool:
         except OSError:
             return False
     return True
+
+
+def spare_port(host: str = LOOPBACK) -> int:
+    """A free port on ``host`` outside the workers' range, for a server started beside routers
+    (the tests' own, the benchmarks'). Linux's ephemeral ports (32768-60999) overlap the range,
+    and a port picked there, free when asked, could be a worker's by the time the server binds
+    it, or the server's by the time a worker derives it."""
+    for _ in range(SPARE_PORT_TRIES):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+        if not PORT_MIN <= port < PORT_MIN + PORT_SPAN:
+            return port
+    for port in range(PORT_MIN + PORT_SPAN, 65536):  # an ephemeral range inside the workers' own
+        if port_is_bindable(port, host):
+            return port
+    raise OSError(f"no free port on {host} outside {PORT_MIN}-{PORT_MIN + PORT_SPAN - 1}")
 
 
 class PortAllocator:

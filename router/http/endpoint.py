@@ -37,6 +37,7 @@ from router.http.streaming import (
     Writer,
     answer_missing,
     forward_events,
+    leaving,
     run_stream,
     send_accepted,
     send_json,
@@ -107,6 +108,7 @@ class McpEndpoint:
     # -- POST ---------------------------------------------------------------------------------
 
     async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
+        send = leaving(send)
         headers = Headers(scope=scope)
         content_type = headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type != JSON:
@@ -139,6 +141,8 @@ class McpEndpoint:
             assert answer is not None
             await send_json(send, answer, session, status=200)
             return
+        if session.connection is None:
+            exchange.record_request()  # in the record while it waits for a worker, not after
         # Gives the session a worker first (spawn or resume: replayed handshake, restored browser).
         async with self.manager.requests.serving(session, exchange.message) as started_worker:
             if exchange.timing is not None and started_worker:
@@ -236,14 +240,13 @@ class McpEndpoint:
     async def _forward_request(
         self, session: Session, scope: Scope, receive: Receive, send: Send, exchange: Exchange
     ) -> None:
-        message = exchange.message
         connection = _connection(session)
         local = await exchange.local_answer()  # router tools that need the worker (create_new_session)
         if local is not None:
             await send_json(send, local, session, status=200)
             return
         try:
-            upstream = await self._send_request(session, connection, scope, message)
+            upstream = await self._send_request(session, connection, scope, exchange)
         except UpstreamError as exc:
             await exchange.failed(str(exc))
             raise _unreachable(session, exc) from None
@@ -270,27 +273,29 @@ class McpEndpoint:
             await upstream.aclose()
 
     async def _send_request(
-        self, session: Session, connection: WorkerConnection, scope: Scope, message: ClientMessage
+        self, session: Session, connection: WorkerConnection, scope: Scope, exchange: Exchange
     ) -> UpstreamResponse:
+        message, sent = exchange.message, exchange.record_request
+
         def headers() -> list[tuple[bytes, bytes]]:
             return upstream_headers(
                 scope["headers"], host=connection.host_header, worker_session_id=session.worker_session_id
             )
 
         try:
-            upstream = await connection.send("POST", headers(), message.raw)
+            upstream = await connection.send("POST", headers(), message.raw, sent=sent)
         except ConnectFailed:
             # Refused: the worker died a moment ago and nothing was delivered, so the request can
             # go to a resumed worker instead (the exit may not have been noticed yet).
             connection = await self.manager.requests.replace_dead_worker(session, connection)
-            return await connection.send("POST", headers(), message.raw)
+            return await connection.send("POST", headers(), message.raw, sent=sent)
         except ConnectionBroken:
             # A kept-alive socket of a worker killed a moment ago: nobody listens any more, so
             # nothing answered it either. A worker that still listens broke mid-request: 502.
             if await accepts(connection.worker.port):
                 raise
             connection = await self.manager.requests.replace_dead_worker(session, connection)
-            return await connection.send("POST", headers(), message.raw)
+            return await connection.send("POST", headers(), message.raw, sent=sent)
         if upstream.status_code != 404:
             return upstream
         # The worker ended our MCP session (a ping that went unanswered while the client's stream
@@ -298,7 +303,7 @@ class McpEndpoint:
         await upstream.aclose()
         if not await self.manager.requests.reopen_worker_session(session, connection):
             raise WorkerUnreachable("Worker lost the session and refused a new one", data={"session": session.id})
-        return await connection.send("POST", headers(), message.raw)
+        return await connection.send("POST", headers(), message.raw, sent=sent)
 
     async def _stream_answer(
         self, session: Session, receive: Receive, send: Send, upstream: UpstreamResponse, exchange: Exchange

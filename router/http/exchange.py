@@ -57,19 +57,28 @@ class Exchange:
     done: bool = False
     # (status, ms) once answered or failed; counted and logged by finish(), after the answer.
     outcome: tuple[str, float] | None = None
+    request_recorded: bool = False
 
     @classmethod
     def begin(
         cls, hooks: ExchangeHooks, session: Session, message: ClientMessage, timing: RequestTiming | None = None
     ) -> Exchange:
-        exchange = cls(hooks, session, message, timing)
-        recorder = hooks.recorder
+        return cls(hooks, session, message, timing)
+
+    def record_request(self) -> None:
+        """The request's row, once: called as the request leaves for the worker (so enqueueing
+        it is done while the worker works, not before the request goes), and by the answer or the
+        failure at the latest."""
+        if self.request_recorded:
+            return
+        self.request_recorded = True
+        recorder = self.hooks.recorder
         if recorder is not None:
+            message = self.message
             recorder.request(
-                exchange.ref_id, session.id, message.method or "", message.tool_name, message.body.get("params"),
+                self.ref_id, self.session.id, message.method or "", message.tool_name, message.body.get("params"),
                 size=len(message.raw),
             )
-        return exchange
 
     @property
     def is_tool_call(self) -> bool:
@@ -143,6 +152,7 @@ class Exchange:
         if self.done:
             return
         self.done = True
+        self.record_request()
         recorder = self.hooks.recorder
         if recorder is not None:
             recorder.response(self.ref_id, status="error", result=None, error=error, duration_ms=self._elapsed_ms())
@@ -197,6 +207,7 @@ class Exchange:
     async def _complete(self, response: dict[str, Any], facts: Extracted | None = None) -> Extracted | None:
         """Records the answer; ``facts`` back, with the linked snapshot if it was read for that."""
         self.done = True
+        self.record_request()
         result = response.get("result")
         error = response.get("error")
         is_error = error is not None or (isinstance(result, dict) and result.get("isError") is True)
@@ -234,6 +245,7 @@ class Exchange:
     def finish(self) -> None:
         """Counts the exchange and writes its log line, once: called when the client has its
         answer, so the ~0.1 ms these take is not on the answer's path."""
+        self.record_request()  # a request cut short before it left, or before any answer
         if self.outcome is None:
             return
         (status, ms), self.outcome = self.outcome, None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final
 from urllib.parse import urlsplit
 
@@ -87,10 +87,12 @@ class WorkerConnection:
         self.upstream = UpstreamPool(LOOPBACK, worker.port, urlsplit(worker.url).path)
 
     async def send(
-        self, method: str, headers: list[tuple[bytes, bytes]], body: bytes | None = None
+        self, method: str, headers: list[tuple[bytes, bytes]], body: bytes | None = None,
+        *, sent: Callable[[], object] | None = None,
     ) -> UpstreamResponse:
-        """One request of a client's; returns at the answer's head, its body is read as it comes."""
-        return await self.upstream.request(method, headers, body)
+        """One request of a client's; returns at the answer's head, its body is read as it comes
+        (``sent``: called once the request is written, see UpstreamPool.request)."""
+        return await self.upstream.request(method, headers, body, sent=sent)
 
     async def delete_session(self, worker_session_id: str) -> None:
         """Ends the worker's MCP session politely; the worker is ended right after anyway."""

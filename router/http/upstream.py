@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Final, cast
 
 import httptools
@@ -289,15 +289,20 @@ class UpstreamPool:
         self._closed = False
 
     async def request(
-        self, method: str, headers: Iterable[tuple[bytes, bytes]], body: bytes | None = None
+        self, method: str, headers: Iterable[tuple[bytes, bytes]], body: bytes | None = None,
+        *, sent: Callable[[], object] | None = None,
     ) -> UpstreamResponse:
-        """Sends one request; returns once the status and headers are in."""
+        """Sends one request; returns once the status and headers are in. ``sent`` is called
+        once the request is written, before the worker answers: work the caller can do while
+        the worker works."""
         if self._closed:
             raise ConnectFailed("the worker's connection pool is closed")
         connection = self._take() or await self._connect()
         head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         response = connection.start(_encode(method, self.path, headers, body), head)
         try:
+            if sent is not None:
+                sent()
             await head
         except BaseException:
             connection.abandon(response)  # cancelled, or broken: the socket is of no further use

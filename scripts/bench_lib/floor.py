@@ -24,10 +24,11 @@ from typing import Final
 import httpx
 from bench_lib import floor_apps
 from bench_lib.client import Endpoint
-from bench_lib.procs import Spawned, cpu_seconds, free_port, wait_port
+from bench_lib.procs import Spawned, cpu_seconds, wait_port
 from bench_lib.targets import Env, Target
 
 from workers.node import node_executable
+from workers.ports import spare_port
 
 WARMUP: Final = 300
 CALLS: Final = 3000
@@ -81,7 +82,7 @@ def in_front_of(env: Env, worker: Target, app: str, name: str) -> Target:
     """The floor's ``app`` (``relay``, ``recording_relay``, ``NODE_RELAY``, ``NGINX_RELAY``) before ``worker``."""
     upstream = urllib.parse.urlsplit(worker.endpoint.url).port
     assert upstream is not None, worker.endpoint.url
-    port = free_port()
+    port = spare_port()
     serve = {NODE_RELAY: _serve_node, NGINX_RELAY: _serve_nginx}.get(app, _serve)
     child = serve(env, f"{name}-latency", app, port, upstream)  # its own log, not the floor phase's
     return Target(Endpoint(name, f"http://127.0.0.1:{port}/mcp"), child, worker.state_dir)
@@ -142,7 +143,7 @@ def _drive(port: int, pid: int) -> tuple[float, float]:
 
 def measure(env: Env) -> list[FloorRow]:
     """CPU per call of the serving process (user + system), one keep-alive client, in turn."""
-    upstream_port = free_port()
+    upstream_port = spare_port()
     upstream = _serve(env, "answer", "answer", upstream_port, None)
     rows: list[FloorRow] = []
     try:
@@ -150,7 +151,7 @@ def measure(env: Env) -> list[FloorRow]:
             if app == "answer":
                 cpu, wall = _drive(upstream_port, upstream.pid)
             else:
-                port = free_port()
+                port = spare_port()
                 relay = _serve(env, app, app, port, upstream_port)
                 try:
                     cpu, wall = _drive(port, relay.pid)

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Final
 
 from bench_lib.measure import say
-from bench_lib.procs import free_port
 from bench_lib.targets import Env, playwright_args
 
 from workers.node import COMPILE_CACHE_ENV, PATH_NODE, node_executable
+from workers.ports import spare_port
 
 NODE_READY_WITHIN: Final = 30.0
 LISTENING: Final = "Listening on"
@@ -40,7 +40,7 @@ def _cpu_ms(pid: int) -> float:
 def _start_once(env: Env, prefix: list[str], environ: dict[str, str]) -> tuple[float, float]:
     with tempfile.TemporaryDirectory(dir=env.work) as scratch:
         base = Path(scratch)
-        argv = prefix + playwright_args(env, port=free_port(), profile=base / "p", out=base / "o", isolated=False)[1:]
+        argv = prefix + playwright_args(env, port=spare_port(), profile=base / "p", out=base / "o", isolated=False)[1:]
         started = time.perf_counter()
         child = subprocess.Popen(
             argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, **environ}

@@ -107,12 +107,6 @@ class Registry:
         return left
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def wait_port(port: int, timeout: float, child: Spawned | None = None) -> float:
     """Seconds until 127.0.0.1:port accepts a connection."""
     start = time.perf_counter()

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import httpx
 from bench_lib.client import Endpoint
-from bench_lib.procs import Registry, Spawned, free_port, wait_port
+from bench_lib.procs import Registry, Spawned, wait_port
 
 from workers.node import node_executable
+from workers.ports import spare_port
 from workers.spec import CAPS_FLAG, ROUTER_CAPS
 
 SG_CACHE = Path.home() / ".cache" / "mcp-router-bench"
@@ -66,7 +67,7 @@ def playwright_args(env: Env, *, port: int | None, profile: Path | None, out: Pa
 def start_worker(env: Env, name: str = "direct") -> Target:
     """A worker started the way the router starts one, addressed with the Host it accepts."""
     base = env.fresh_dir(name)
-    port = free_port()
+    port = spare_port()
     argv = playwright_args(env, port=port, profile=base / "profile", out=base / "out", isolated=False)
     child = env.registry.spawn(name, argv, log=env.logs / f"{base.name}.log", state_dir=base, session=name)
     ready = wait_port(port, 20, child)
@@ -103,7 +104,7 @@ def start_router(
     env: Env, name: str, *extra: str, src: Path | None = None, environ: dict[str, str] | None = None
 ) -> Target:
     base = env.fresh_dir(name)
-    port = free_port()
+    port = spare_port()
     # Our own token in the state dir: this router reads it, an older one ignores it (and the header).
     token = secrets.token_urlsafe(32)
     (base / "token").write_text(token + "\n")
@@ -184,7 +185,7 @@ def ensure_supergateway(version: str | None) -> tuple[Path | None, str]:
 
 def start_supergateway(env: Env, entry: Path) -> Target:
     base = env.fresh_dir("supergateway")
-    port = free_port()
+    port = spare_port()
     stdio = shlex.join(playwright_args(env, port=None, profile=None, out=base / "out", isolated=True))
     argv = [
         "node",

@@ -27,9 +27,9 @@ from tests.support import (
     RawClient,
     RouterThread,
     auth_headers,
-    free_port,
     router_settings,
     seed_token,
+    spare_port,
     wait_for,
 )
 from workers.orphans import processes_for
@@ -133,7 +133,7 @@ def test_health_reports_each_failure_once() -> None:
 
 
 def test_a_serve_whose_core_task_dies_exits_non_zero(state_dir: Path) -> None:
-    port = free_port()
+    port = spare_port()
     argv = [sys.executable, str(FAULTY), "core", *_serve_argv(state_dir, port)]
     with _process(argv, state_dir / "serve.log") as proc:
         wait_for(lambda: _up(port, proc))
@@ -146,7 +146,7 @@ def test_a_serve_whose_core_task_dies_exits_non_zero(state_dir: Path) -> None:
 
 
 def test_a_serve_whose_recorder_dies_exits_non_zero(state_dir: Path) -> None:
-    port = free_port()
+    port = spare_port()
     argv = [sys.executable, str(FAULTY), "recorder", *_serve_argv(state_dir, port)]
     with _process(argv, state_dir / "serve.log") as proc:
         wait_for(lambda: _up(port, proc))
@@ -173,7 +173,7 @@ def test_a_serve_that_cannot_bind_exits_non_zero(state_dir: Path) -> None:
 
 
 def test_a_second_serve_on_the_same_state_dir_refuses_and_touches_nothing(state_dir: Path) -> None:
-    port = free_port()
+    port = spare_port()
     first_argv = [sys.executable, "-m", "router.cli", *_serve_argv(state_dir, port)]
     with _process(first_argv, state_dir / "first.log") as first:
         wait_for(lambda: _up(port, first))
@@ -185,7 +185,7 @@ def test_a_second_serve_on_the_same_state_dir_refuses_and_touches_nothing(state_
             status = lock_status(state_dir)
             assert status.held and status.pid == first.pid
             # Same state dir, another port: it must neither sweep the first one's workers nor bind.
-            second_argv = [sys.executable, "-m", "router.cli", *_serve_argv(state_dir, free_port())]
+            second_argv = [sys.executable, "-m", "router.cli", *_serve_argv(state_dir, spare_port())]
             with _process(second_argv, state_dir / "second.log") as second:
                 assert second.wait(timeout=EXIT_WAIT) == EXIT_STATE_LOCKED
             message = (state_dir / "second.log").read_text()

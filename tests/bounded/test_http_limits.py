@@ -23,7 +23,7 @@ from router.http.limits import (
     limited_protocol,
     raise_open_files_limit,
 )
-from tests.support import FAKE_WORKER, ROOT, asgi_in_thread, free_port, read_until_closed, wait_for
+from tests.support import FAKE_WORKER, ROOT, asgi_in_thread, read_until_closed, spare_port, wait_for
 
 HEAD_LIMIT = 16 * 1024
 FIELDS_LIMIT = 20
@@ -241,7 +241,7 @@ def test_concurrency_follows_the_open_files_limit() -> None:
 
 
 def test_serve_bounds_the_request_head(state_dir: Path) -> None:
-    port = free_port()
+    port = spare_port()
     argv = [
         sys.executable, "-m", "router.cli", "serve", "--port", str(port), "--state-dir", str(state_dir),
         "--worker-command", f"{sys.executable} {FAKE_WORKER} {{port}}",

@@ -24,9 +24,9 @@ from tests.support import (
     TEST_TOKEN,
     RouterThread,
     auth_headers,
-    free_port,
     initialize_body,
     seed_token,
+    spare_port,
     text_of,
     wait_for,
 )
@@ -84,7 +84,7 @@ async def test_a_slow_call_does_not_hold_up_others(fake_router: RouterThread, tm
 
 
 def test_no_router_says_how_to_start_one() -> None:
-    url = f"http://127.0.0.1:{free_port()}/mcp"
+    url = f"http://127.0.0.1:{spare_port()}/mcp"
     done = subprocess.run(
         [sys.executable, "-m", "router.cli", "stdio", "--url", url],
         cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, check=False,
@@ -131,7 +131,7 @@ def test_a_signal_ends_the_session_and_a_bad_line_gets_a_parse_error(fake_router
 async def test_start_starts_a_router_and_waits_for_it(tmp_path: Path) -> None:
     state = tmp_path / "state"
     seed_token(state)
-    port = free_port()
+    port = spare_port()
     url = f"http://127.0.0.1:{port}/mcp"
     errlog = tmp_path / "bridge.err"
     # The started router inherits the bridge's environment: the stand-in worker, and the

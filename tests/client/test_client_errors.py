@@ -26,7 +26,7 @@ from router.client import (
 )
 from router.client._connection import retry_after_seconds
 from tests.client.stand_in import SESSION_NOT_FOUND, StandInRouter, error, result, text_result
-from tests.support import ROOT, free_port
+from tests.support import ROOT, spare_port
 
 TOKEN = "client-token"
 
@@ -142,7 +142,7 @@ def test_retry_after_as_an_http_date() -> None:
 
 async def test_connection_refused_is_connection_failed() -> None:
     with pytest.raises(ConnectionFailed) as caught:
-        async with BrowserSession(f"http://127.0.0.1:{free_port()}/mcp", token=TOKEN):
+        async with BrowserSession(f"http://127.0.0.1:{spare_port()}/mcp", token=TOKEN):
             pass
     assert "cannot reach the router" in caught.value.message
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 
 from router.sessions.resume_notice import NOTICE_PREFIX as RESUMED_NOTICE
-from tests.support import RawClient, auth_headers, free_port, run_cli, serve_process, wait_saved
+from tests.support import RawClient, auth_headers, run_cli, serve_process, spare_port, wait_saved
 from workers.orphans import processes_for
 
 QUIET = ("--log-level", "warning")
@@ -26,7 +26,7 @@ def _db_state(state: Path, session_id: str) -> str:
 def test_kill_9_of_the_router_then_restart_resumes_the_old_session_id(
     state_dir: Path, chromium: str, pages: str
 ) -> None:
-    port = free_port()
+    port = spare_port()
     url = f"http://127.0.0.1:{port}/mcp"
     with RawClient(url) as client:
         with serve_process(state_dir, *QUIET, port=port, browser=chromium) as server:
@@ -51,7 +51,7 @@ def test_kill_9_of_the_router_then_restart_resumes_the_old_session_id(
 def test_sigterm_saves_ends_workers_and_the_session_resumes_after_restart(
     state_dir: Path, chromium: str, pages: str
 ) -> None:
-    port = free_port()
+    port = spare_port()
     url = f"http://127.0.0.1:{port}/mcp"
     with RawClient(url) as client:
         with serve_process(state_dir, *QUIET, port=port, browser=chromium) as server:
@@ -79,7 +79,7 @@ def test_sigterm_saves_ends_workers_and_the_session_resumes_after_restart(
 
 
 def test_sessions_end_command_ends_a_session_for_good(state_dir: Path, chromium: str, pages: str) -> None:
-    port = free_port()
+    port = spare_port()
     url = f"http://127.0.0.1:{port}/mcp"
     end = ("sessions", "--state-dir", str(state_dir), "--end")
     with RawClient(url) as live, RawClient(url) as offline:

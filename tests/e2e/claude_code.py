@@ -19,7 +19,7 @@ from typing import IO, Any, Final
 
 import httpx
 
-from tests.support import ROOT, TEST_TOKEN, free_port, wait_for
+from tests.support import ROOT, TEST_TOKEN, spare_port, wait_for
 from workers.orphans import end_processes, marker_env, processes_for
 from workers.spec import CAPS_FLAG, ROUTER_CAPS, WorkerSpec, default_cli_path, playwright_argv
 
@@ -247,7 +247,7 @@ class DirectWorker:
 
     def __init__(self, state_dir: Path, browser: str) -> None:
         self.state_dir = state_dir
-        self.port = free_port()
+        self.port = spare_port()
         self.url = f"http://localhost:{self.port}/mcp"
         spec = WorkerSpec(argv_template=_without(playwright_argv(), ROUTER_CAPS_ARGS))
         self.argv = spec.render(

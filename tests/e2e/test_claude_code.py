@@ -48,10 +48,10 @@ from tests.support import (
     RawClient,
     RouterThread,
     auth_headers,
-    free_port,
     messages_of,
     playwright_router,
     serve_process,
+    spare_port,
     wait_for,
 )
 from workers.orphans import processes_for
@@ -160,7 +160,7 @@ def test_a_save_after_a_call_that_changed_nothing_writes_nothing(
 
 
 def test_router_sigkill_and_restart_then_call(state_dir: Path, chromium: str, pages: str) -> None:
-    port = free_port()
+    port = spare_port()
     url = f"http://127.0.0.1:{port}/mcp"
     quiet = ("--log-level", "warning")
     with serve_process(state_dir, *quiet, port=port, browser=chromium) as first, ClaudeCodeClient(url) as cc:

@@ -19,7 +19,7 @@ import pytest
 
 from router.cli.api_client import fetch_live_sessions
 from router.operator import memory
-from tests.support import TEST_TOKEN, RawClient, RouterThread, auth_headers, free_port
+from tests.support import TEST_TOKEN, RawClient, RouterThread, auth_headers, spare_port
 from workers.orphans import processes_for
 
 ACTION = {"x-mcp-router-action": "1"}
@@ -279,7 +279,7 @@ def test_fetch_live_sessions(rec_router: RouterThread) -> None:
         assert fetch_live_sessions("0.0.0.0", rec_router.port, token=TEST_TOKEN) is not None
         assert fetch_live_sessions("127.0.0.1", rec_router.port) is None  # no token, no sessions
         c.delete()
-    assert fetch_live_sessions("127.0.0.1", free_port()) is None
+    assert fetch_live_sessions("127.0.0.1", spare_port()) is None
 
 
 def test_memory_sampler_caches_and_counts_the_whole_tree(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,7 +16,7 @@ from router.cli import main
 from router.http.auth import load_or_create_token
 from router.operator import doctor
 from router.record import schema
-from tests.support import RouterThread, free_port, router_settings
+from tests.support import RouterThread, router_settings, spare_port
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def test_healthy_machine_passes(
     conn.close()
     state.chmod(0o700)
     load_or_create_token(state)
-    status, lines = run_doctor(capsys, "--state-dir", str(state), "--port", str(free_port()))
+    status, lines = run_doctor(capsys, "--state-dir", str(state), "--port", str(spare_port()))
     assert status == 0, lines
     assert len(lines) == 12 and lines[-1] == "all checks passed"
     assert all(line.startswith(("✓", "!")) for line in lines[:-1]), lines
@@ -68,7 +68,7 @@ def test_an_uninstalled_unit_is_a_hint_not_a_failure(
     tmp_path: Path, config_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("MCP_ROUTER_BROWSER", raising=False)
-    status, lines = run_doctor(capsys, "--state-dir", str(tmp_path / "new"), "--port", str(free_port()))
+    status, lines = run_doctor(capsys, "--state-dir", str(tmp_path / "new"), "--port", str(spare_port()))
     assert status == 0, lines
     assert lines[-1] == "all checks passed"
     (unit,) = [line for line in lines if "systemd user unit not installed" in line]

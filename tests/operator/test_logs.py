@@ -6,6 +6,7 @@ import json
 import logging
 import shlex
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from router.operator.logs import (
     TextFormatter,
     configure_logging,
 )
-from tests.support import FAKE_WORKER, RawClient, ref_of, serve_process
+from tests.support import FAKE_WORKER, RawClient, ref_of, serve_process, wait_for
 from tests.support.routers import RouterThread, router_settings
 from workers.orphans import processes_for
 
@@ -152,3 +153,34 @@ def test_a_calls_log_line_and_count_come_after_its_answer(state_dir: Path) -> No
     assert happened.index("log echo") > happened.index("answer")
     assert happened[-1] == "log echo" and happened[-2] == "answer"
     assert 'mcp_router_tool_calls_total{status="success",tool="echo"} 2.0' in metrics
+
+
+def test_a_calls_answer_reaches_the_client_before_its_log_line_is_written(state_dir: Path) -> None:
+    # The line is written once the answer's bytes have left, not merely been handed to uvicorn
+    # (its writes of one loop turn leave together at the turn's end): a handler that waits for
+    # the client to have the answer finds it there. Had the line come first, the answer would
+    # still be in the router when the handler gave up waiting.
+    answered = threading.Event()
+    waited: list[bool] = []
+
+    class WaitsForTheClient(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("call "):
+                waited.append(answered.wait(timeout=10))
+
+    calls = logging.getLogger("mcp_router.calls")
+    handler, level = WaitsForTheClient(), calls.level
+    try:
+        with RouterThread(router_settings(state_dir, record=True)) as router, RawClient(
+            router.url, token=router.token
+        ) as c:
+            c.initialize()
+            calls.addHandler(handler)
+            calls.setLevel(logging.INFO)
+            assert c.text("echo", text="out first") == "out first"
+            answered.set()
+            wait_for(lambda: len(waited) == 1)
+    finally:
+        calls.removeHandler(handler)
+        calls.setLevel(level)
+    assert waited == [True]

@@ -31,9 +31,9 @@ from tests.support import (
     RawClient,
     RouterThread,
     auth_headers,
-    free_port,
     initialize_body,
     router_settings,
+    spare_port,
 )
 
 # Every route a client could reach; none may answer without the token.
@@ -185,7 +185,7 @@ def test_query_token_is_not_in_the_access_log(
 
 def test_first_start_makes_a_private_token_and_later_starts_keep_it(tmp_path: Path) -> None:
     state = tmp_path / "fresh"
-    settings = Settings(state_dir=state, port=free_port(), record=False)
+    settings = Settings(state_dir=state, port=spare_port(), record=False)
     create_app(settings)
     token = read_token(state)
     assert token is not None and len(token) >= 43  # 32 random bytes, url-safe base64
@@ -199,7 +199,7 @@ def test_a_loose_state_dir_and_token_file_are_made_private(tmp_path: Path) -> No
     tmp_path.chmod(0o755)
     load_or_create_token(tmp_path)
     (tmp_path / "token").chmod(0o644)
-    create_app(Settings(state_dir=tmp_path, port=free_port(), record=False))
+    create_app(Settings(state_dir=tmp_path, port=spare_port(), record=False))
     assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o700
     assert stat.S_IMODE((tmp_path / "token").stat().st_mode) == 0o600
 
@@ -218,7 +218,7 @@ def test_racing_first_starts_agree_on_one_token(tmp_path: Path) -> None:
 def test_a_weak_token_is_refused(tmp_path: Path) -> None:
     (tmp_path / "token").write_text("short\n")
     with pytest.raises(WeakToken):
-        create_app(Settings(state_dir=tmp_path, port=free_port(), record=False))
+        create_app(Settings(state_dir=tmp_path, port=spare_port(), record=False))
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"])

@@ -28,9 +28,9 @@ from tests.support import (
     FAKE_WORKER,
     RawClient,
     RouterThread,
-    free_port,
     messages_of,
     router_settings,
+    spare_port,
     wait_for,
 )
 from workers.orphans import processes_for
@@ -49,7 +49,7 @@ def accepts_connections(port: int) -> bool:
 @contextmanager
 def direct_worker(script: Path = FAKE_WORKER) -> Iterator[str]:
     """The stand-in worker run on its own, no router: the reference for what it answers."""
-    port = free_port()
+    port = spare_port()
     process = subprocess.Popen([sys.executable, str(script), str(port)], stdout=subprocess.DEVNULL)
     try:
         wait_for(lambda: accepts_connections(port) or process.poll() is not None, timeout=15)

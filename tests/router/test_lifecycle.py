@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 import threading
 import time
@@ -12,6 +13,7 @@ import httpx
 
 from router.sessions.table import State
 from tests.support import (
+    FAKE_WORKER,
     RawClient,
     RouterThread,
     auth_headers,
@@ -112,6 +114,26 @@ def test_spawn_failure_is_503_with_stderr_tail(state_dir: Path) -> None:
         error = r.json()["error"]
         assert "no browser here" in error["data"]["stderr"]
         assert r.json()["id"] == 1
+
+
+def test_a_call_whose_worker_cannot_start_is_in_the_record(state_dir: Path) -> None:
+    # A request's row is written as the request leaves for its worker; one that never leaves
+    # (here its worker's spawn fails) is in the record all the same.
+    refuse = state_dir / "refuse-workers"
+    command = ["sh", "-c", f"test -e {refuse} && exit 7; exec {sys.executable} {FAKE_WORKER} {{port}}"]
+    settings = router_settings(state_dir, worker_command=command, record=True)
+    with RouterThread(settings) as router, RawClient(router.url) as c:
+        c.initialize()  # answered from the handshake the start-up probe cached
+        refuse.touch()
+        body = {"jsonrpc": "2.0", "id": 22, "method": "tools/call", "params": {"name": "echo", "arguments": {}}}
+        assert c.post(body).status_code == 503
+
+        def asked() -> list[tuple[str, str]]:
+            with sqlite3.connect(state_dir / "router.db") as db:
+                return db.execute("SELECT session_id, tool FROM requests WHERE method = 'tools/call'").fetchall()
+
+        wait_for(lambda: asked() != [])
+        assert asked() == [(c.session_id, "echo")]
 
 
 def test_worker_crash_mid_call_gives_an_error_for_that_call(state_dir: Path) -> None:

@@ -19,12 +19,12 @@ import pytest
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 
-from tests.support import FAKE_WORKER, TEST_TOKEN, RouterThread, free_port, wait_for
+from tests.support import FAKE_WORKER, TEST_TOKEN, RouterThread, spare_port, wait_for
 
 
 @pytest.fixture(scope="module")
 def direct_worker() -> Iterator[str]:
-    port = free_port()
+    port = spare_port()
     proc = subprocess.Popen(
         [sys.executable, str(FAKE_WORKER), str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )

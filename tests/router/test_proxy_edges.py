@@ -16,7 +16,7 @@ import pytest
 from router.http import endpoint
 from router.http.streaming import NO_ANSWER
 from router.http.upstream import UpstreamPool
-from tests.support import RawClient, RouterThread, free_port, messages_of, router_settings
+from tests.support import RawClient, RouterThread, messages_of, router_settings, spare_port
 from tests.support.scripted_worker import CLOSE, InParts, ScriptedWorker, ThenClose, http_answer
 from tests.support.sse import iter_sse
 
@@ -210,7 +210,31 @@ def test_worker_breaking_mid_answer_is_502_with_jsonrpc_error(edge: Edge, answer
 def test_worker_refusing_connections_gets_a_resumed_worker(edge: Edge) -> None:
     session = edge.router.manager.sessions.get(edge.client.session_id)
     before = session.connection
-    before.upstream = UpstreamPool("127.0.0.1", free_port(), "/mcp")  # nobody listens there
+    before.upstream = UpstreamPool("127.0.0.1", spare_port(), "/mcp")  # nobody listens there
     status, body = tools_list(edge.client, 34)
     assert status == 200 and body["id"] == 34
     assert session.connection is not before  # nothing was delivered, so a new worker took it
+
+
+async def test_the_request_is_handed_on_before_the_worker_answers() -> None:
+    # `sent` (where an exchange enqueues its request's row) runs once the request is written and
+    # before the worker's answer: the worker here writes nothing until `sent` has run.
+    release = threading.Event()
+    answer = InParts(b"", http_answer(200, TOOLS, JSON_HEADERS), gap=0.0, release=release)
+    written_before_sent: list[bool] = []
+
+    def sent() -> None:
+        written_before_sent.append(answer.sent.is_set())
+        release.set()
+
+    with ScriptedWorker(answer) as worker:
+        pool = UpstreamPool("127.0.0.1", worker.port, "/mcp")
+        try:
+            response = await pool.request("POST", [(b"host", b"x")], b"{}", sent=sent)
+            assert json.loads(await response.aread()) == json.loads(TOOLS)
+            await response.aclose()
+        finally:
+            await pool.aclose()
+    assert written_before_sent == [False]
+    assert len(worker.requests) == 1
+

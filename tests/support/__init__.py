@@ -21,9 +21,9 @@ from tests.support.routers import (
     TINY_WORKER_COMMAND,
     RouterThread,
     asgi_in_thread,
-    free_port,
     playwright_router,
     router_settings,
+    spare_port,
 )
 from tests.support.saved import saved_state, wait_saved
 from tests.support.serve import ServeProcess, run_cli, serve_process
@@ -47,7 +47,6 @@ __all__ = [
     "async_wait_for",
     "auth_headers",
     "find_ref",
-    "free_port",
     "initialize_body",
     "iter_sse",
     "messages_of",
@@ -60,6 +59,7 @@ __all__ = [
     "seed_token",
     "serve_pages",
     "serve_process",
+    "spare_port",
     "sse_events",
     "sse_messages",
     "text_of",

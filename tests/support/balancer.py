@@ -18,7 +18,7 @@ from typing import Final
 
 import pytest
 
-from tests.support.routers import ROOT, free_port
+from tests.support.routers import ROOT, spare_port
 from tests.support.serve import OnLoopback
 from tests.support.wait import wait_for
 
@@ -120,7 +120,7 @@ BALANCERS: Final = {"nginx": nginx_argv, "haproxy": haproxy_argv}
 def balancer_cluster(kind: str, node_ports: Sequence[int], prefix: Path) -> Iterator[Balancer]:
     """nginx or HAProxy on a free loopback port, routing to the nodes at ``node_ports`` ("a", "b")."""
     prefix.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = spare_port()
     argv = BALANCERS[kind](node_ports, port, prefix)
     log = prefix / "stderr.log"
     with log.open("ab") as sink:

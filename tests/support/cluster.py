@@ -19,7 +19,7 @@ from router.types import HANDSHAKE_VERSIONS
 from tests.support.auth import auth_headers
 from tests.support.balancer import Balancer, balancer_cluster
 from tests.support.client import RawClient
-from tests.support.routers import free_port
+from tests.support.routers import spare_port
 from tests.support.serve import ServeProcess, serve_process
 from tests.support.wait import wait_for
 from workers.orphans import end_processes, processes_for
@@ -98,7 +98,7 @@ def running_cluster(
         states = {name: tmp / f"node-{name}" for name in NODES}
         # Last out: whatever workers a stopped (or killed) node left.
         stack.callback(lambda: [end_processes(processes_for(state)) for state in states.values()])
-        ports = {name: free_port() for name in NODES}
+        ports = {name: spare_port() for name in NODES}
         # Each node's dashboard lists the whole cluster (GET /api/cluster/sessions).
         peers = [arg for name in NODES for arg in ("--cluster-node", f"http://127.0.0.1:{ports[name]}")]
         nodes = {

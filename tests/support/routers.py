@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from tests.support import handshake_seeds
 from tests.support.auth import seed_token
 from tests.support.wait import wait_for
 from workers.orphans import processes_for
+from workers.ports import spare_port
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_WORKER = ROOT / "tests" / "fakes" / "fake_worker.py"
@@ -31,16 +31,10 @@ SHUTDOWN_TIMEOUT = 30.0
 REAL_WORKERS_GONE_TIMEOUT = 20.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def asgi_in_thread(app: Any, **config: Any) -> Iterator[int]:
     """A bare ASGI app under uvicorn (lifespan off) on a free loopback port; yields the port."""
-    port = free_port()
+    port = spare_port()
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="off", **config)
     )
@@ -97,7 +91,7 @@ class RouterThread:
 def router_settings(tmp: Path, **overrides: Any) -> Settings:
     """Settings for a router on a free port with the stand-in worker and the record off."""
     values: dict[str, Any] = {
-        "port": free_port(),
+        "port": spare_port(),
         "state_dir": tmp,
         "worker_command": FAKE_WORKER_COMMAND,
         "keepalive_interval": 15.0,

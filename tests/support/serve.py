@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 
 from tests.support.auth import seed_token
-from tests.support.routers import FAKE_WORKER_COMMAND, ROOT, free_port
+from tests.support.routers import FAKE_WORKER_COMMAND, ROOT, spare_port
 from tests.support.wait import wait_for
 
 CLI = (sys.executable, "-m", "router.cli")
@@ -63,7 +63,7 @@ def serve_process(
     """`mcp-router serve` on ``state``, healthy before the body runs; SIGTERMed after it unless the
     body ended it. Workers are the stand-in, or real ones with ``browser``; ``args`` go on the
     command line. Its stderr is in ``.log`` (next to the state dir), readable after exit."""
-    port = free_port() if port is None else port
+    port = spare_port() if port is None else port
     if seed:  # the tests' token, unless the test is about the router making its own
         seed_token(state)
     argv = [*CLI, "serve", "--port", str(port), "--state-dir", str(state), *args]

@@ -7,8 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from workers import ports
 from workers._exceptions import NoPortAvailable, SpawnError
-from workers.ports import PORT_MIN, PORT_SPAN, PortAllocator, derive_port, port_is_bindable
+from workers.ports import PORT_MIN, PORT_SPAN, PortAllocator, derive_port, port_is_bindable, spare_port
 
 
 def test_derive_port_known_values() -> None:
@@ -89,3 +90,18 @@ def test_1000_allocations_from_threads_distinct_even_with_equal_ids() -> None:
     with ThreadPoolExecutor(max_workers=32) as pool:
         ports = list(pool.map(alloc.allocate, ids))
     assert len(set(ports)) == 1000
+
+
+def test_a_spare_port_is_never_one_a_worker_could_be_given() -> None:
+    # Linux's ephemeral ports overlap the workers' range: 100 picks would land there ~40 times.
+    picked = [spare_port() for _ in range(100)]
+    assert all(not PORT_MIN <= port < PORT_MIN + PORT_SPAN for port in picked)
+    assert all(port_is_bindable(port) for port in picked[-5:])
+
+
+def test_a_spare_port_is_found_above_the_range_when_the_ephemeral_ones_are_all_inside(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ports, "SPARE_PORT_TRIES", 0)  # as if every ephemeral pick fell inside
+    port = spare_port()
+    assert port >= PORT_MIN + PORT_SPAN and port_is_bindable(port)
