@@ -125,7 +125,7 @@ class McpEndpoint:
             if message.kind is not Kind.REQUEST:
                 await self._forward_one_way(session, scope, message, send)
                 return
-            exchange = Exchange.begin(self.hooks, session, message, request_timing(scope))
+            exchange = Exchange(self.hooks, session, message, request_timing(scope))
             try:
                 await self._answer(session, scope, receive, send, exchange)
             finally:
@@ -157,7 +157,7 @@ class McpEndpoint:
         if problem is not None:
             raise InvalidParams(f"Invalid params: {problem}")
         session, result = await self.manager.open(message, response_mode=self._response_mode(scope))
-        exchange = Exchange.begin(self.hooks, session, message, request_timing(scope))
+        exchange = Exchange(self.hooks, session, message, request_timing(scope))
         body = json.dumps({"jsonrpc": "2.0", "id": message.id, "result": result}).encode()
         try:
             await send_json(send, await exchange.answer_json(body), session, status=200)

@@ -59,12 +59,6 @@ class Exchange:
     outcome: tuple[str, float] | None = None
     request_recorded: bool = False
 
-    @classmethod
-    def begin(
-        cls, hooks: ExchangeHooks, session: Session, message: ClientMessage, timing: RequestTiming | None = None
-    ) -> Exchange:
-        return cls(hooks, session, message, timing)
-
     def record_request(self) -> None:
         """The request's row, once: called as the request leaves for the worker (so enqueueing
         it is done while the worker works, not before the request goes), and by the answer or the
