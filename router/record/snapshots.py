@@ -34,7 +34,7 @@ UNKEPT_LINK_TITLES: Final = frozenset({"Snapshot", "Storage state"})
 READ_NOW_MAX: Final = 256 * 1024
 LEVELS: Final = ("debug", "info", "warn", "error")
 
-_SNAPSHOT_LINK = re.compile(r"^- \[Snapshot\]\((?P<path>.+)\)\s*$", re.M)
+SNAPSHOT_LINK = re.compile(r"^- \[Snapshot\]\((?P<path>.+)\)\s*$", re.M)
 # Every file the worker writes is linked as "- [Title](path)" (screenshots, pdfs, snapshots...).
 _FILE_LINK = re.compile(r"^- \[(?P<title>[^\]\n]*)\]\((?P<path>[^)\n]+)\)\s*$", re.M)
 _CONSOLE_LINK = re.compile(r"^- New console entries: (?P<path>.+?)#L(?P<a>\d+)(?:-L(?P<b>\d+))?\s*$", re.M)
@@ -191,7 +191,7 @@ def summarize(result: Mapping[str, Any]) -> Extracted:
     snap = sections.get("Snapshot", "")
     # str.find, not a lazy DOTALL regex: this runs on every tool answer, snapshots are long.
     inline = _inline_yaml(snap)
-    link = _SNAPSHOT_LINK.search(snap) if inline is None and "[Snapshot](" in snap else None
+    link = SNAPSHOT_LINK.search(snap) if inline is None and "[Snapshot](" in snap else None
     counts = _COUNTS.search(page)
     title = _TITLE.search(page)
     content = result.get("content")

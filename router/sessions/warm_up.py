@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Final
+from typing import Any, Final, Protocol
 
-from router.sessions.control import ControlError, ControlSession
+from router.sessions.control import ControlError
 
 log = logging.getLogger("mcp_router.pool")
 
@@ -35,7 +35,14 @@ DRAW_DOCUMENT: Final = {
 }
 
 
-async def warm_browser(control: ControlSession, http_url: str) -> None:
+class ToolCaller(Protocol):
+    """A control session (router/sessions/control.py), or a benchmark's client warming a direct
+    worker the same way."""
+
+    async def call(self, tool: str, arguments: dict[str, Any] | None = None) -> str: ...
+
+
+async def warm_browser(control: ToolCaller, http_url: str) -> None:
     """The warm-up, on the first tab (left on ``about:blank``, selected) and a second one
     (``http_url``: any http page that answers; closed again). Raises ControlError only when
     the browser is not left as it was found."""

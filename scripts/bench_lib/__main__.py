@@ -86,6 +86,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--resume-at-once-reserve", type=int, default=10,
         help="--resume-reserve of that router (memory for latency; 10, the router's default)",
     )
+    p.add_argument(
+        "--resume-bursts", type=int, default=handshakes_resume.RESUME_BURSTS,
+        help=f"bursts of sessions resuming at once, pooled, each after the same burst on direct workers "
+        f"(default {handshakes_resume.RESUME_BURSTS})",
+    )
     p.add_argument("--aged-idle", type=float, default=aged.AGED_IDLE, help="seconds warm workers wait (`aged`)")
     p.add_argument("--aged-interval", type=float, help="--keep-warm-interval of the kept router in `aged`")
     p.add_argument("--aged-reps", type=int, default=5, help="conversations per router in `aged` (default 5)")
@@ -115,7 +120,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--browser", default=None, help="Chromium path (default: as the router finds it)")
     p.add_argument("--out", type=Path, default=ROOT / ".bench" / "latest.md")
     p.add_argument("--update-readme", action="store_true", help="put the report under README's Benchmarks")
-    p.add_argument("--time-limit", type=float, default=900, help="abort (and clean up) after this many seconds")
+    p.add_argument("--time-limit", type=float, default=1200, help="abort (and clean up) after this many seconds")
     a = p.parse_args(argv)
     q = a.quick
     a.iterations = a.iterations or (50 if q else 200)
@@ -224,7 +229,7 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
             env.registry.stop(t.child)
 
     if "handshakes" in a.only:
-        resume = handshakes.ResumeOptions(a.resume_at_once, a.resume_at_once_reserve)
+        resume = handshakes.ResumeOptions(a.resume_at_once, a.resume_at_once_reserve, a.resume_bursts)
         hs = await handshakes.measure(
             env, page, reps=a.reps, at_once=a.handshakes_at_once, rounds=a.handshake_rounds, resume=resume
         )
@@ -239,9 +244,9 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
 
     if "first-calls" in a.only and "handshakes" not in a.only:  # the handshakes phase has them
         m.say(f"first call after a warm initialize, {a.reps} conversations per client shape")
-        rows = await handshakes_resume.first_calls(env, page, a.reps)
-        out += [*handshakes_report.first_call_table(rows), ""]
-        goals += handshakes_report.first_call_goals(rows)
+        firsts = await handshakes_resume.first_calls(env, page, a.reps)
+        out += [*handshakes_report.first_call_table(firsts), ""]
+        goals += handshakes_report.first_call_goals(firsts)
 
     if "aged" in a.only:
         m.say(f"aged: first calls and resumes after warm workers waited {a.aged_idle:g} s, kept warm and not")
@@ -251,15 +256,15 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
 
     if "spaced" in a.only:
         m.say(f"spaced: router CPU per call with a call every {a.spaced_gap:g} s, and back to back")
-        rows = await spaced.spaced(env, page, a.spaced_reps, a.spaced_gap)
-        out += [*spaced.table(rows, a.spaced_gap), ""]
+        spaced_rows = await spaced.spaced(env, page, a.spaced_reps, a.spaced_gap)
+        out += [*spaced.table(spaced_rows, a.spaced_gap), ""]
 
     if "resumes" in a.only and "handshakes" not in a.only and a.resume_at_once:  # the handshakes phase has them
         m.say(f"{a.resume_at_once} sessions resuming at once, --resume-reserve {a.resume_at_once_reserve}")
         once = await handshakes_resume.resumes_at_once(
-            env, page, a.resume_at_once, handshakes.REAP_IDLE, a.resume_at_once_reserve
+            env, page, a.resume_at_once, handshakes.REAP_IDLE, a.resume_at_once_reserve, a.resume_bursts
         )
-        out += [*handshakes_report.at_once_table([once]), ""]
+        out += [*handshakes_report.at_once_table(once.rows()), ""]
         goals += handshakes_report.at_once_goals(once)
 
     if "commit" in a.only:

@@ -34,7 +34,7 @@ async def _body(receive: Any) -> bytes:
     body = b""
     while True:
         message = await receive()
-        body += message.get("body", b"")
+        body += bytes(message.get("body", b""))
         if not message.get("more_body", False):
             return body
 

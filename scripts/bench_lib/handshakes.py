@@ -21,7 +21,8 @@ import httpx
 from bench_lib.cc_client import CcSession, Handshake
 from bench_lib.client import CallError
 from bench_lib.handshakes_resume import (
-    AtOnceRow,
+    RESUME_BURSTS,
+    AtOnce,
     FirstCallRow,
     first_calls,
     resumes_at_once,
@@ -95,7 +96,7 @@ class HandshakeResults:
     steady: ReapRow
     direct_click: ReapRow
     first_calls: list[FirstCallRow] = field(default_factory=list)
-    at_once: AtOnceRow | None = None
+    at_once: AtOnce | None = None
 
 
 # -- helpers ------------------------------------------------------------------------------------------
@@ -320,6 +321,7 @@ class ResumeOptions:
 
     resume_at_once: int = 10
     reserve: int = 10  # the at-once router's --resume-reserve (warm workers readied before the clicks)
+    bursts: int = RESUME_BURSTS  # of sessions resuming at once, pooled
 
 
 async def measure(
@@ -350,5 +352,7 @@ async def measure(
     results.first_calls = await first_calls(env, page, reps)
     if resume.resume_at_once:
         say(f"handshakes: {resume.resume_at_once} sessions resuming at once")
-        results.at_once = await resumes_at_once(env, page, resume.resume_at_once, REAP_IDLE, resume.reserve)
+        results.at_once = await resumes_at_once(
+            env, page, resume.resume_at_once, REAP_IDLE, resume.reserve, resume.bursts
+        )
     return results

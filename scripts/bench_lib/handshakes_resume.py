@@ -5,18 +5,28 @@ reaped resuming at once. (The worker's node start-up is the `node` phase, bench_
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Final
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlsplit
 
 from bench_lib.cc_client import CcSession
-from bench_lib.client import CallError, McpSession
-from bench_lib.measure import new_http, pct, quiet, say, wait_pool
-from bench_lib.targets import Env, Target, start_router
+from bench_lib.client import CallError, McpSession, new_http
+from bench_lib.measure import BUTTON, pct, quiet, say, wait_pool
+from bench_lib.targets import Env, Target, start_router, start_worker
+
+from router.record.snapshots import SNAPSHOT_LINK
+from router.sessions.control import ControlError
+from router.sessions.warm_up import warm_browser
 
 STEADY_CALLS: Final = 3
 PREPARED_WITHIN: Final = 3.0  # the pool prepares its workers' client sessions once a second
 RESERVE_READY_EACH: Final = 20.0  # the reserve fills one worker at a time, ~2-5 s each under load
+# Bursts of sessions resuming at once, pooled: one burst's p50 moves by a few tenths of a second
+# from run to run on two cores.
+RESUME_BURSTS: Final = 2
 
 
 @dataclass
@@ -110,39 +120,133 @@ async def first_calls(env: Env, page: str, reps: int) -> list[FirstCallRow]:
 # -- resumes at once --------------------------------------------------------------------------------
 
 
-async def resumes_at_once(env: Env, page: str, at_once: int, reap_idle: float, reserve: int = 10) -> AtOnceRow:
-    """``at_once`` conversations open a page, pause until their workers are reaped, then all click
-    the ref they hold at the same moment, once the resume reserve (``--resume-reserve``) is ready."""
-    from bench_lib.handshakes import CLICK, open_page, wait_reaped
+@dataclass
+class AtOnce:
+    """Sessions resuming at once through the router, and the same browser work done by as many
+    direct workers at once (the reference: what two cores take for it without the router)."""
 
-    row = AtOnceRow(f"router, {at_once} sessions resuming at once, `--resume-reserve {reserve}`", at_once)
+    routed: AtOnceRow
+    direct: AtOnceRow
+
+    def rows(self) -> list[AtOnceRow]:
+        return [self.routed, self.direct]
+
+
+async def resumes_at_once(
+    env: Env, page: str, at_once: int, reap_idle: float, reserve: int = 10, bursts: int = RESUME_BURSTS
+) -> AtOnce:
+    """``at_once`` conversations open a page, pause until their workers are reaped, then all click
+    the ref they hold at the same moment, once the resume reserve (``--resume-reserve``) is ready;
+    ``bursts`` times, pooled. Before each burst, while the sessions lie dormant, the reference's burst (see
+    ``_direct_loads``)."""
+    from bench_lib.handshakes import open_page, wait_reaped
+
+    routed = AtOnceRow(f"router, {at_once} sessions resuming at once, `--resume-reserve {reserve}`", at_once)
+    direct = AtOnceRow(
+        f"direct workers (no router), {at_once} at once: `browser_navigate` to the page, then `browser_click` "
+        f"(a resume's browser work; new workers, browsers warmed as the reserve's are)", at_once,
+    )
     router = start_router(
         env, "router-at-once", "--idle-timeout", f"{reap_idle:g}", "--resume-reserve", str(reserve)
     )
     sessions = [CcSession(router.endpoint) for _ in range(at_once)]
     try:
         refs = [await open_page(cc, page) for cc in sessions]
-        for cc in sessions:
-            await wait_reaped(router, cc.session_id or "")
-        await wait_pool(router, min(reserve, at_once), within=RESERVE_READY_EACH * max(1, reserve))
-        await quiet("resumes at once")
+        for burst in range(bursts):
+            if burst:
+                refs = [await _button_ref(cc) for cc in sessions]  # the page as the last click left it
+            for cc in sessions:
+                await wait_reaped(router, cc.session_id or "")
+            await wait_pool(router, min(reserve, at_once), within=RESERVE_READY_EACH * max(1, reserve))
+            await _direct_loads(env, page, at_once, direct)
+            await quiet("resumes at once")
+            clicks = (_timed_click(cc, ref) for cc, ref in zip(sessions, refs, strict=True))
+            _gathered(routed, await asyncio.gather(*clicks, return_exceptions=True))
+            say(f"  resumes at once: burst {burst + 1}/{bursts}")
+    except CallError as exc:
+        routed.failures += 1
+        routed.first_failure = routed.first_failure or str(exc)[:200]
+    finally:
+        await asyncio.gather(*(cc.close() for cc in sessions))
+        env.registry.stop(router.child)
+    return AtOnce(routed, direct)
 
-        async def click(cc: CcSession, ref: str) -> float:
-            _, dt = await cc.call("browser_click", element=CLICK, target=ref)
-            return dt
 
-        clicks = (click(cc, ref) for cc, ref in zip(sessions, refs, strict=True))
-        results = await asyncio.gather(*clicks, return_exceptions=True)
-        for r in results:
-            if isinstance(r, BaseException):
-                row.failures += 1
-                row.first_failure = row.first_failure or f"{type(r).__name__}: {str(r)[:200]}"
-            else:
-                row.calls.append(r)
+async def _direct_loads(env: Env, page: str, at_once: int, row: AtOnceRow) -> None:
+    """One burst of the reference: ``at_once`` direct workers, new ones (so the page is new to
+    each browser, as to a resumed one), their browsers up and warmed as the reserve's are, each
+    load the page and click its button at the same moment. Timed from the burst's start to
+    the click's answer, as the router's resumed click is."""
+    from bench_lib.handshakes import CLICK
+
+    workers: list[Target] = []
+    sessions: list[CcSession] = []
+    try:
+        for k in range(at_once):
+            workers.append(start_worker(env, f"direct-at-once-{k}"))
+            sessions.append(CcSession(workers[-1].endpoint))
+            await sessions[-1].handshake()
+            # Launches the browser and warms it as the router's pool warms the reserve's.
+            port = urlsplit(workers[-1].endpoint.url).port
+            await warm_browser(_Caller(sessions[-1]), f"http://localhost:{port}/")
+        await quiet("direct loads at once")
+
+        async def load_and_click(cc: CcSession) -> float:
+            started = time.perf_counter()
+            text, _ = await cc.call("browser_navigate", url=page)
+            await cc.call("browser_click", element=CLICK, target=_ref_in(text))
+            return time.perf_counter() - started
+
+        _gathered(row, await asyncio.gather(*(load_and_click(cc) for cc in sessions), return_exceptions=True))
     except CallError as exc:
         row.failures += 1
         row.first_failure = row.first_failure or str(exc)[:200]
     finally:
         await asyncio.gather(*(cc.close() for cc in sessions))
-        env.registry.stop(router.child)
-    return row
+        for worker in workers:
+            env.registry.stop(worker.child)
+
+
+@dataclass
+class _Caller:
+    """A direct worker's client with a control session's ``call`` (for ``warm_browser``)."""
+
+    cc: CcSession
+
+    async def call(self, tool: str, arguments: dict[str, Any] | None = None) -> str:
+        try:
+            text, _ = await self.cc.call(tool, **(arguments or {}))
+        except CallError as exc:
+            raise ControlError(str(exc)) from None
+        return text
+
+
+async def _timed_click(cc: CcSession, ref: str) -> float:
+    from bench_lib.handshakes import CLICK
+
+    _, elapsed = await cc.call("browser_click", element=CLICK, target=ref)
+    return elapsed
+
+
+async def _button_ref(cc: CcSession) -> str:
+    text, _ = await cc.call("browser_snapshot")
+    return _ref_in(text)
+
+
+def _ref_in(text: str) -> str:
+    """The button's ref in an answer's snapshot, inline or in the file it links."""
+    found = BUTTON.search(text)
+    if found is None and (link := SNAPSHOT_LINK.search(text)) is not None:
+        found = BUTTON.search(Path(link.group("path")).read_text())
+    if found is None:
+        raise CallError(f"no button in the answer: {text[:300]}")
+    return found.group(1)
+
+
+def _gathered(row: AtOnceRow, results: list[float | BaseException]) -> None:
+    for result in results:
+        if isinstance(result, BaseException):
+            row.failures += 1
+            row.first_failure = row.first_failure or f"{type(result).__name__}: {str(result)[:200]}"
+        else:
+            row.calls.append(result)

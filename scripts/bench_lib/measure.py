@@ -24,7 +24,8 @@ QUIET_BUSY_SHARE = 0.2
 QUIET_WINDOW_S = 0.5
 QUIET_WITHIN_S = 30.0
 IDLE_WINDOW_S = 4.0  # a router's idle CPU rate, measured with the same sessions open
-BUTTON = re.compile(r'button "Press me" \[ref=(\w+)\]')
+# After a click the button is focused: `button "Press me" [active] [ref=e5]`.
+BUTTON = re.compile(r'button "Press me"(?: \[[a-z]+\])* \[ref=(\w+)\]')
 
 
 def say(msg: str) -> None:
