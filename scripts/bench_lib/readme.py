@@ -33,7 +33,7 @@ def update(text: str, command: str) -> None:
         after = text.find("### ", start_p + 4)
         text = text[:start_p] + (text[after:] if after >= 0 else "")
     section = (
-        f"\n`scripts/bench` (set-up, then 5–10 minutes; `--quick` for about 2) measures the router "
+        f"\n`scripts/bench` (set-up, then about 13 minutes; `--quick` for about 3) measures the router "
         f"against a Playwright worker used directly and against supergateway, on a local test page, and "
         f"writes `.bench/latest.md`; `scripts/bench --update-readme` also refreshes this section. "
         f"Each timed phase starts once the machine is quiet (at most 20 % busy over half a second, "
