@@ -198,7 +198,7 @@ async def _direct_loads(env: Env, page: str, at_once: int, row: AtOnceRow) -> No
             return time.perf_counter() - started
 
         _gathered(row, await asyncio.gather(*(load_and_click(cc) for cc in sessions), return_exceptions=True))
-    except CallError as exc:
+    except (CallError, ControlError) as exc:  # a worker that would not warm up: counted, not raised
         row.failures += 1
         row.first_failure = row.first_failure or str(exc)[:200]
     finally:
