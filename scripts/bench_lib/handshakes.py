@@ -27,7 +27,7 @@ from bench_lib.handshakes_resume import (
     first_calls,
     resumes_at_once,
 )
-from bench_lib.measure import BUTTON, med_ms, quiet, say
+from bench_lib.measure import button_ref, med_ms, quiet, say
 from bench_lib.targets import Env, Target, start_router, start_worker
 
 from router.types import HANDSHAKE_VERSIONS
@@ -180,11 +180,9 @@ async def open_page(cc: CcSession, page: str) -> str:
     await cc.handshake()
     await cc.call("browser_navigate", url=page)
     text, _ = await cc.call("browser_snapshot")
-    found = BUTTON.search(text)
-    if not found:
-        raise CallError(f"{cc.endpoint.name}: no button in snapshot: {text[:300]}")
+    ref = button_ref(text, cc.endpoint.name)
     await until(lambda: cc.roots_answered >= 1, ROOTS_WITHIN, "the worker's roots/list answered")
-    return found.group(1)
+    return ref
 
 
 # -- 1. one conversation's handshake, cold and warm ----------------------------------------------------

@@ -8,16 +8,14 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
 from bench_lib.cc_client import CcSession
 from bench_lib.client import CallError, McpSession, new_http
-from bench_lib.measure import BUTTON, pct, quiet, say, wait_pool
+from bench_lib.measure import button_ref, pct, quiet, say, wait_pool
 from bench_lib.targets import Env, Target, start_router, start_worker
 
-from router.record.snapshots import SNAPSHOT_LINK
 from router.sessions.control import ControlError
 from router.sessions.warm_up import warm_browser
 
@@ -194,7 +192,7 @@ async def _direct_loads(env: Env, page: str, at_once: int, row: AtOnceRow) -> No
         async def load_and_click(cc: CcSession) -> float:
             started = time.perf_counter()
             text, _ = await cc.call("browser_navigate", url=page)
-            await cc.call("browser_click", element=CLICK, target=_ref_in(text))
+            await cc.call("browser_click", element=CLICK, target=button_ref(text, cc.endpoint.name))
             return time.perf_counter() - started
 
         _gathered(row, await asyncio.gather(*(load_and_click(cc) for cc in sessions), return_exceptions=True))
@@ -230,17 +228,7 @@ async def _timed_click(cc: CcSession, ref: str) -> float:
 
 async def _button_ref(cc: CcSession) -> str:
     text, _ = await cc.call("browser_snapshot")
-    return _ref_in(text)
-
-
-def _ref_in(text: str) -> str:
-    """The button's ref in an answer's snapshot, inline or in the file it links."""
-    found = BUTTON.search(text)
-    if found is None and (link := SNAPSHOT_LINK.search(text)) is not None:
-        found = BUTTON.search(Path(link.group("path")).read_text())
-    if found is None:
-        raise CallError(f"no button in the answer: {text[:300]}")
-    return found.group(1)
+    return button_ref(text, cc.endpoint.name)
 
 
 def _gathered(row: AtOnceRow, results: list[float | BaseException]) -> None:

@@ -9,12 +9,14 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bench_lib.client import CallError, McpSession, new_http
 from bench_lib.procs import chromium_count, cpu_seconds, cpu_seconds_fine, machine_busy_jiffies, pss_kib, rss_kib
 from bench_lib.targets import Target, healthz
 
+from router.record.snapshots import SNAPSHOT_LINK
 from workers.orphans import processes_for
 
 TOOLS = ("browser_snapshot", "browser_tabs", "browser_click")
@@ -48,9 +50,17 @@ async def open_page(session: McpSession, page: str) -> str:
     await session.initialize()
     await session.call("browser_navigate", url=page)
     text, _ = await session.call("browser_snapshot")
+    return button_ref(text, session.endpoint.name)
+
+
+def button_ref(text: str, who: str) -> str:
+    """The test page's button's ref in an answer's snapshot, inline or in the file it links (a
+    navigation's); CallError naming ``who`` when there is none."""
     found = BUTTON.search(text)
-    if not found:
-        raise CallError(f"{session.endpoint.name}: no button in snapshot: {text[:500]}")
+    if found is None and (link := SNAPSHOT_LINK.search(text)) is not None:
+        found = BUTTON.search(Path(link.group("path")).read_text())
+    if found is None:
+        raise CallError(f"{who}: no button in the answer: {text[:300]}")
     return found.group(1)
 
 
