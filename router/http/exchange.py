@@ -150,7 +150,7 @@ class Exchange:
         recorder = self.hooks.recorder
         if recorder is not None:
             recorder.response(self.ref_id, status="error", result=None, error=error, duration_ms=self._elapsed_ms())
-            if self.is_tool_call and not await recorder.flush_rows():
+            if self.is_tool_call and not await recorder.write_ahead():
                 log.warning("call failed without its record session=%s ref=%s", self.session.id, self.ref_id)
         self._end("error")
 
@@ -227,8 +227,9 @@ class Exchange:
                 output_dir=output_dir,
             )
             # A tool call's row whose answer reached the client must survive a SIGKILL of the
-            # router. If it could not be written the client still gets its answer (counted).
-            if self.is_tool_call and not await recorder.flush_rows():
+            # router: in the write-ahead file now, committed by finish(). If it could not be
+            # written the client still gets its answer (counted).
+            if self.is_tool_call and not await recorder.write_ahead():
                 log.warning("call answered without its record session=%s ref=%s", self.session.id, self.ref_id)
         self._end("error" if is_error else "success")
         return facts
@@ -238,8 +239,11 @@ class Exchange:
 
     def finish(self) -> None:
         """Counts the exchange and writes its log line, once: called when the client has its
-        answer, so the ~0.1 ms these take is not on the answer's path."""
+        answer, so the ~0.1 ms these take is not on the answer's path; so is the commit of what
+        the answer's write-ahead holds."""
         self.record_request()  # a request cut short before it left, or before any answer
+        if (recorder := self.hooks.recorder) is not None:
+            recorder.settle()
         if self.outcome is None:
             return
         (status, ms), self.outcome = self.outcome, None

@@ -117,6 +117,18 @@ class BatchWriter:
         self._batch_done(failed=bool(lost))
         return lost
 
+    def replay(self, conn: sqlite3.Connection, items: Sequence[Item]) -> None:
+        """The write-ahead file of a router that died (``ahead.py``), into SQLite: the items it
+        has not got, one transaction, then what their answers linked."""
+        fresh = [item for item in items if not self.rows.recorded(conn, item)]
+        lost = self.write(conn, fresh, 0) if fresh else []
+        if jobs := self.take_enrichments():
+            self.enrich(conn, jobs)
+        log.warning(
+            "recorder: write-ahead file of a previous run: %d row(s) replayed, %d recorded already, %d lost",
+            len(fresh) - len(lost), len(items) - len(fresh), len(lost),
+        )
+
     def enrich(self, conn: sqlite3.Connection, jobs: Sequence[Enrichment]) -> None:
         """Reads what the answers linked onto their rows (writer thread only: it reads files).
         A job that fails costs only what it would have added; the row stays."""

@@ -27,6 +27,7 @@ class ItemQueue:
         self.enqueued = 0  # the last sequence number given out
         self.items = 0  # real items queued (drop markers excluded)
         self.bytes = 0
+        self.taken = 0  # the sequence number of the last item taken
         self._queue: deque[Item] = deque()
         self._drop_logged_at = -DROP_LOG_INTERVAL_S
 
@@ -42,8 +43,20 @@ class ItemQueue:
         self.items += 1
         self.bytes += size
 
+    def newer_than(self, seq: int) -> list[Item]:
+        """The queued items after ``seq``, in order (left queued)."""
+        newer: list[Item] = []
+        for item in reversed(self._queue):
+            if item.seq <= seq:
+                break
+            newer.append(item)
+        newer.reverse()
+        return newer
+
     def take(self, most: int) -> list[Item]:
         batch = [self._queue.popleft() for _ in range(min(len(self._queue), most))]
+        if batch:
+            self.taken = batch[-1].seq
         for item in batch:
             if item.kind != "dropped":
                 self.items -= 1

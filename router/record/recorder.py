@@ -9,14 +9,14 @@ plain ``sqlite3`` connection, run on a dedicated thread (one hop per batch — a
 hop per statement). Reading the worker's linked snapshot/console files and keeping its screenshots
 happen on that thread too, after the batch's commit (``Enrichment``).
 
-Durability: WAL + synchronous=NORMAL, commit after every batch. A committed batch survives SIGKILL
+Durability: WAL + synchronous=NORMAL, commit after every batch; a committed batch survives SIGKILL
 of the router. A row is on disk at most WRITE_DELAY_S after it was enqueued (sooner when the
-queue grows); a caller that must not answer before the row is durable awaits ``flush()``, which
-says whether everything it waited for was committed (a failed batch or a drop makes it False).
-That wait is on every tool answer's path, so when the writer thread is idle and little is queued,
-``flush()`` commits on the event loop itself: a few inserts and a WAL append, no thread hops.
-Under load, the writer thread's batches are the group commit. Readers (``flush(linked=True)``,
-the read side's own) also wait for the linked files to be read.
+queue grows). ``flush()`` waits for the commit and says whether all it waited for was committed
+(a failed batch or a drop makes it False); while the writer thread is idle and little is queued,
+it commits on the event loop itself, no thread hops. Under load, the thread's batches are the
+group commit. A tool answer waits for less: ``write_ahead()`` puts what is queued in the
+write-ahead file (``ahead.py``, one ``write()``), ``settle()`` commits it once the answer has
+left, and a router that died in between replays that file when it next starts.
 
 Failing loudly: failed batches and rows are counted (``failed_batches``, ``failed_rows``) for
 /metrics and /healthz (``stats()``); should the writer task itself die, ``on_writer_failure`` is told once.
@@ -39,7 +39,7 @@ from typing import Any, Final, TypeVar
 import anyio
 
 from router.layout import StateLayout
-from router.record import schema
+from router.record import ahead, schema
 from router.record.batches import BatchWriter, rollback
 from router.record.queue import ItemQueue
 from router.record.records import Records
@@ -104,6 +104,7 @@ class Recorder:
         self._wake_timer: asyncio.TimerHandle | None = None
         self._writer_task: asyncio.Task[None] | None = None
         self._thread = WriterThread()
+        self._ahead = ahead.AheadLog(ahead.path_for(self.db_path))
 
     # ---------------------------------------------------------------- enqueue (proxy hot path)
 
@@ -171,18 +172,7 @@ class Recorder:
     def stats(self) -> RecordStats:
         """The counters now. Read on the loop while the writer thread may be mid-batch: each is
         right on its own, a batch's rows and its failure may land in different readings."""
-        batches = self._batches
-        return RecordStats(
-            queue_len=self._queue.items,
-            queue_bytes=self._queue.bytes,
-            dropped=self._queue.dropped,
-            written=batches.written,
-            batches=batches.batches,
-            failed_batches=batches.failed_batches,
-            failed_rows=batches.failures,
-            linked_reads=self._enrich_queued,
-            failing=batches.last_failed,
-        )
+        return RecordStats.of(self._queue, self._batches, linked_reads=self._enrich_queued)
 
     @property
     def writer_alive(self) -> bool:
@@ -196,6 +186,7 @@ class Recorder:
         prune, then write until exit; on exit drain what is queued (bounded time)."""
         self._wake = asyncio.Event()  # bound to this loop
         async with self._thread.open(self.db_path):
+            await self._replay_ahead()
             interrupted = await self.call_in_writer(schema.mark_interrupted)
             if interrupted:
                 log.warning("recorder: %d session(s) of a previous run marked interrupted", interrupted)
@@ -222,6 +213,7 @@ class Recorder:
                         self.records = None
                     if self._queue:
                         log.warning("recorder: %d item(s) not written at shutdown", len(self._queue))
+                    self._ahead.close()
 
     async def flush(self) -> bool:
         """Wait until everything enqueued before this call and not yet handled is handled,
@@ -234,9 +226,26 @@ class Recorder:
         """
         return await self.flush_rows(linked=True)
 
+    async def write_ahead(self) -> bool:
+        """What a tool answer waits for: everything enqueued so far is durable, in the write-ahead
+        file or committed (``flush_rows`` when the file cannot take it: a batch not in the file is
+        on the writer thread, a backlog, a drop). ``settle()`` commits it once the answer left."""
+        if self._done < self._queue.enqueued and self.writer_alive and self._ahead.cover(self._queue, self._done):
+            return True
+        return await self.flush_rows()
+
+    def settle(self) -> None:
+        """Commits what the write-ahead file holds, after the answer that waited for it left: on
+        the loop while the writer thread is idle, else by the thread."""
+        if self._done >= self._ahead.upto or not self.writer_alive:
+            return
+        if self._may_commit_inline:
+            self._write_inline()
+        if self._done < self._ahead.upto:
+            self._wake.set()
+
     async def flush_rows(self, *, linked: bool = False) -> bool:
-        """``flush`` without waiting for the linked files unless ``linked``: the promise a tool
-        answer keeps (its call is in the database), on the answer's path."""
+        """``flush`` without waiting for the linked files unless ``linked``: the rows committed."""
         target = self._queue.enqueued
         ok = True
         if self._done < target:
@@ -309,6 +318,7 @@ class Recorder:
 
     def _batch_written(self, batch: list[Item], lost: Sequence[int]) -> None:
         self._done = batch[-1].seq
+        self._ahead.committed(self._done, lost)
         self._waiters.rows_done(self._done, lost)
         jobs = self._batches.take_enrichments()
         if jobs:
@@ -370,6 +380,16 @@ class Recorder:
                 self.on_writer_failure(self.writer_failure)
             except Exception:
                 log.exception("recorder: on_writer_failure callback failed")
+
+    async def _replay_ahead(self) -> None:
+        """What the write-ahead file of a router that died holds and SQLite has not got; then
+        the file starts over. Without the file, answers wait for commits, as they did before it."""
+        if items := ahead.read(self._ahead.path):
+            await self.call_in_writer(functools.partial(self._batches.replay, items=items))
+        try:
+            self._ahead.open()
+        except OSError as exc:
+            log.error("recorder: no write-ahead file (%s): tool answers wait for their commits", exc)
 
     async def prune(self, now: float | None = None) -> list[str]:
         """Deletes what is past the retention now (see retention.py); the session ids deleted."""

@@ -130,6 +130,22 @@ class RowWriter:
             raise ValueError(f"unknown item kind {item.kind!r}")
         return None
 
+    @staticmethod
+    def recorded(conn: sqlite3.Connection, item: Item) -> bool:
+        """Whether SQLite already holds what ``item`` writes (a replay of the write-ahead file
+        after a crash skips it). A session's row counts as its opening and its state: a replayed
+        state must not move back one that a later commit wrote."""
+        args: tuple[object, ...]
+        if item.kind in ("request", "response"):
+            sql, args = f"SELECT 1 FROM {item.kind}s WHERE ref_id = ?", (item.key,)
+        elif item.kind in ("open", "state"):
+            sql, args = "SELECT 1 FROM sessions WHERE id = ?", (item.key,)
+        elif item.kind == "resumed":
+            sql, args = "SELECT 1 FROM session_events WHERE session_id = ? AND ts = ?", (item.key, item.ts)
+        else:
+            return False  # "activity" moves last_activity by max(): writing it twice is harmless
+        return conn.execute(sql, args).fetchone() is not None
+
     def _bump_activity(self, conn: sqlite3.Connection, session_id: str, ts: float) -> None:
         """last_activity stays within ACTIVITY_EVERY_S of the session's last request: a request
         that soon after the last one written leaves it be."""

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from router.sessions.table import DORMANT
-from tests.support import TINY_WORKER_COMMAND, RawClient, RouterThread, router_settings, wait_for
+from tests.support import TINY_WORKER_COMMAND, RawClient, RouterThread, router_settings, wait_for, wait_recorded
 from workers.orphans import processes_for
 
 # The suite runs 200; `scripts/continuity soak` sets this to 1,000 (~2 min on 2 cores).
@@ -57,6 +57,7 @@ def test_abandoned_sessions_leave_no_orphans_and_a_consistent_record(state_dir: 
             c.session_id = ids[0]
             assert c.text("echo", text="back") == "back"
     assert not processes_for(state_dir)
+    wait_recorded(state_dir)
     with sqlite3.connect(state_dir / "router.db") as conn:
         states = dict(conn.execute("SELECT state, count(*) FROM sessions GROUP BY state").fetchall())
         requests = conn.execute("SELECT count(*) FROM requests WHERE method = 'tools/call'").fetchone()[0]

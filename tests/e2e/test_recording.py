@@ -8,7 +8,7 @@ import sqlite3
 from typing import Any
 
 from tests.operator.test_metrics import scrape
-from tests.support import RawClient, RouterThread, find_ref, ref_of, run_cli, text_of
+from tests.support import RawClient, RouterThread, find_ref, ref_of, run_cli, text_of, wait_recorded
 
 
 def flow(c: RawClient, pages: str) -> dict[str, Any]:
@@ -20,6 +20,7 @@ def flow(c: RawClient, pages: str) -> dict[str, Any]:
 
 
 def db(router: RouterThread) -> sqlite3.Connection:
+    wait_recorded(router.settings.state_dir)  # the commit follows each answer
     conn = sqlite3.connect(router.settings.state_dir / "router.db")
     conn.row_factory = sqlite3.Row
     return conn
@@ -50,7 +51,8 @@ def test_every_table_is_filled_by_a_real_flow(pw_router: RouterThread, pages: st
 
 def test_a_snapshot_is_on_its_row_when_the_answer_arrives(pw_router: RouterThread, pages: str) -> None:
     # In the answer's text, or in the page-*.yml file it links: either way it is written with the
-    # row, in the commit the answer waited for, not read onto it afterwards.
+    # row (in the write-ahead the answer waited for, and the commit right after), not read onto
+    # it afterwards.
     with RawClient(pw_router.url) as c:
         c.initialize()
         reads = scrape(pw_router).value("mcp_router_recorder_linked_reads")

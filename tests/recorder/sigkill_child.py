@@ -1,5 +1,5 @@
-"""Child process of test_sigkill: records traffic and prints each ref_id once flush() returned,
-i.e. once the router would have let the answer reach the client. Killed with SIGKILL mid-traffic."""
+"""Child process of test_sigkill: records traffic and prints each ref_id once write_ahead()
+returned, i.e. once the router would have let the answer reach the client. Killed with SIGKILL mid-traffic."""
 
 from __future__ import annotations
 
@@ -37,8 +37,9 @@ async def main(db_path: Path) -> None:
             ref = f"main-{i}"
             rec.request(ref, "main", "tools/call", "browser_snapshot", {"i": i})
             rec.response(ref, status="success", result=RESULT, page_snapshot=SNAPSHOT, duration_ms=1.0)
-            await rec.flush_rows()  # what a tool answer waits for
+            await rec.write_ahead()  # what a tool answer waits for
             print(ref, flush=True)
+            rec.settle()  # what the exchange does once the answer has left
             i += 1
             # A router's answer goes out on a socket, which lets the other sessions run; a flush
             # committed on the loop itself need not yield.

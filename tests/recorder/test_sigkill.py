@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sqlite3
@@ -7,10 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from router.record import schema
+from router.record import ahead, schema
+from router.record.recorder import Recorder
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("sigkill_child.py")
+
+
+async def _start_and_stop(db: Path) -> None:
+    async with Recorder(db).run():
+        pass
 
 
 def test_sigkill_mid_traffic_loses_no_acknowledged_row(tmp_path: Path) -> None:
@@ -34,6 +41,9 @@ def test_sigkill_mid_traffic_loses_no_acknowledged_row(tmp_path: Path) -> None:
     assert proc.returncode == -signal.SIGKILL
     assert len(acknowledged) >= 300
 
+    # What the next start does first: the write-ahead file's rows SQLite has not got.
+    asyncio.run(_start_and_stop(db))
+    assert ahead.path_for(db).stat().st_size == 0
     conn = sqlite3.connect(db)
     try:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

@@ -16,7 +16,7 @@ import pytest
 from router.http import endpoint
 from router.http.streaming import NO_ANSWER
 from router.http.upstream import UpstreamPool
-from tests.support import RawClient, RouterThread, messages_of, router_settings, spare_port
+from tests.support import RawClient, RouterThread, messages_of, router_settings, spare_port, wait_recorded
 from tests.support.scripted_worker import CLOSE, InParts, ScriptedWorker, ThenClose, http_answer
 from tests.support.sse import iter_sse
 
@@ -155,7 +155,9 @@ def test_slow_answer_is_streamed_and_what_comes_first_is_not_held(
 
 
 def call_rows(edge: Edge) -> list[tuple[str, str]]:
-    """(status, error) of the record's browser_tabs calls, read the moment the client has its answer."""
+    """(status, error) of the record's browser_tabs calls, once the commit after the client's
+    answer is made (the answer left with its rows in the write-ahead file)."""
+    wait_recorded(edge.router.settings.state_dir)
     with sqlite3.connect(edge.router.settings.state_dir / "router.db") as conn:
         return conn.execute(
             "SELECT r.status, r.error FROM requests q JOIN responses r USING (ref_id) WHERE q.tool = 'browser_tabs'"

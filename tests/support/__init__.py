@@ -28,7 +28,7 @@ from tests.support.routers import (
 from tests.support.saved import saved_state, wait_saved
 from tests.support.serve import ServeProcess, run_cli, serve_process
 from tests.support.sse import iter_sse, messages_of, sse_events, sse_messages
-from tests.support.wait import WAIT_TIMEOUT, async_wait_for, wait_for
+from tests.support.wait import WAIT_TIMEOUT, async_wait_for, wait_for, wait_recorded
 
 __all__ = [
     "ACCEPT_BOTH",
@@ -64,6 +64,7 @@ __all__ = [
     "sse_messages",
     "text_of",
     "wait_for",
+    "wait_recorded",
     "wait_saved",
     "whoami",
 ]

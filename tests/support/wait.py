@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
+
+from router.record import ahead
 
 WAIT_TIMEOUT = 20.0
 POLL_INTERVAL = 0.02
@@ -32,3 +35,10 @@ async def async_wait_for(
         # Conditions on /proc or on other processes have no event to await: polling it is.
         while not condition():  # noqa: ASYNC110
             await anyio.sleep(interval)
+
+
+def wait_recorded(state_dir: Path, timeout: float = WAIT_TIMEOUT) -> None:
+    """Until every call answered so far is committed to the router's ``router.db``: a tool answer
+    leaves once its rows are in the write-ahead file, emptied when the commit after it is made."""
+    path = ahead.path_for(Path(state_dir) / "router.db")
+    wait_for(lambda: not path.exists() or path.stat().st_size == 0, timeout)

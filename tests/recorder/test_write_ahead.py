@@ -1,0 +1,172 @@
+"""The write-ahead file (router/record/ahead.py): a tool answer waits for one write() of its
+rows, the commit follows once the answer has left, and a router killed in between replays the
+file when it next starts, once."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from router.record import ahead
+from router.record.recorder import Recorder
+from router.record.rows import Item
+
+ROOT = Path(__file__).resolve().parents[2]
+CHILD = Path(__file__).with_name("ahead_child.py")
+
+
+def _rows(db: Path, sql: str, *args: object) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.close()
+
+
+def _call(rec: Recorder, ref: str) -> None:
+    rec.request(ref, "s", "tools/call", "browser_tabs", {"name": "browser_tabs"}, size=10)
+    rec.response(ref, status="success", result='{"content":[]}', duration_ms=1.0)
+
+
+async def test_an_answer_waits_for_the_file_and_the_commit_follows_it(tmp_path: Path) -> None:
+    db = tmp_path / "router.db"
+    rec = Recorder(db)
+    async with rec.run():
+        rec.session_opened("s", client_info={}, protocol_version=None, port=1, pid=1)
+        assert await rec.flush()
+        batches = rec.stats().batches
+        _call(rec, "r1")
+        assert await rec.write_ahead()
+        # Durable in the file, not committed yet: the answer did not wait for SQLite.
+        assert ahead.path_for(db).stat().st_size > 0
+        assert _rows(db, "SELECT ref_id FROM responses") == []
+        assert rec.stats().batches == batches
+        rec.settle()  # the exchange, once the answer has left
+        assert _rows(db, "SELECT ref_id FROM responses") == [("r1",)]
+        assert rec.stats().batches == batches + 1  # request and answer in one commit, on the loop
+        assert ahead.path_for(db).stat().st_size == 0  # all it held is committed
+
+
+def test_a_router_killed_before_the_commit_replays_the_file_once(tmp_path: Path) -> None:
+    db, out = tmp_path / "router.db", tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, str(CHILD), str(db), str(out)], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert done.stdout.strip() == "answered"
+    # The answer left with its call only in the write-ahead file.
+    assert _rows(db, "SELECT ref_id FROM responses") == [("c0",)]
+    kept = tmp_path / "kept.ahead"
+    shutil.copy(ahead.path_for(db), kept)
+    assert kept.stat().st_size > 0
+
+    async def start_and_stop() -> None:
+        async with Recorder(db).run():
+            pass
+
+    asyncio.run(start_and_stop())
+    assert _rows(db, "SELECT ref_id FROM requests ORDER BY ts") == [("c0",), ("c1",)]
+    assert _rows(db, "SELECT ref_id, page_snapshot IS NOT NULL, duration_ms FROM responses ORDER BY ts") == [
+        ("c0", 1, 1.0), ("c1", 1, 2.0)
+    ]
+    assert _rows(db, "SELECT level, message FROM console_logs WHERE ref_id = 'c1'") == [("error", "boom")]
+    assert _rows(db, "SELECT detail FROM session_events") == [("idle",)]
+    assert ahead.path_for(db).stat().st_size == 0
+
+    # A file whose rows are all in SQLite already (killed after the commit, before the emptying).
+    shutil.copy(kept, ahead.path_for(db))
+    asyncio.run(start_and_stop())
+    assert _rows(db, "SELECT count(*) FROM responses") == [(2,)]
+    assert _rows(db, "SELECT count(*) FROM session_events") == [(1,)]
+    assert _rows(db, "SELECT count(*) FROM recorder_failures") == [(0,)]
+
+
+def test_a_torn_last_frame_ends_the_replay_and_keeps_what_came_before(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = ahead.AheadLog(tmp_path / "router.db.ahead")
+    log.open()
+    first = Item("response", 1.5, "r1", ("success", "{}", None, None, None, 1.0, tmp_path, None), 7, 0)
+    second = Item("request", 2.5, "r2", ("s", "tools/call", "browser_tabs", {"a": [1, None]}), 8, 0)
+    try:
+        assert log.append([first]) and log.append([second])
+    finally:
+        log.close()
+    assert ahead.read(log.path) == [first, second]  # paths come back as paths
+    with log.path.open("ab") as f:
+        f.write(ahead.HEADER.pack(1000, 0) + b"half a frame")  # the process died mid-write()
+    assert ahead.read(log.path) == [first, second]
+    assert "torn write" in caplog.text
+
+
+async def test_rows_a_thread_batch_holds_are_waited_for_not_written_ahead(tmp_path: Path) -> None:
+    """Items the writer task took to the thread are not in the file: an answer behind them waits
+    for their commit, as before the file."""
+    db = tmp_path / "router.db"
+    rec = Recorder(db)
+    async with rec.run():
+        rec.session_opened("s", client_info={}, protocol_version=None, port=1, pid=1)
+        assert await rec.flush()
+        gate, started = threading.Event(), threading.Event()
+
+        def held(conn: sqlite3.Connection) -> None:
+            started.set()
+            gate.wait(10)
+
+        job = asyncio.create_task(rec.call_in_writer(held))
+        await asyncio.to_thread(started.wait, 5)
+        for i in range(5):  # past INLINE_MAX: the writer task takes them for the thread at once
+            _call(rec, f"a{i}")
+        for _ in range(100):
+            if not rec.stats().queue_len:
+                break
+            await asyncio.sleep(0)
+        assert rec.stats().queue_len == 0, "the writer did not take the batch"
+        _call(rec, "b")
+        answer = asyncio.create_task(rec.write_ahead())
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not answer.done(), "the answer left before rows it follows were durable"
+        gate.set()
+        await job
+        assert await asyncio.wait_for(answer, 10)
+        assert _rows(db, "SELECT count(*) FROM requests") == [(6,)]
+
+
+async def test_a_commit_that_lost_rows_the_file_holds_keeps_the_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another connection holds the write lock past the busy timeout: the answer has left already
+    (the file holds its call), the commit fails, and the file stays for the next start."""
+    db = tmp_path / "router.db"
+    rec = Recorder(db)
+    async with rec.run():
+        rec.session_opened("s", client_info={}, protocol_version=None, port=1, pid=1)
+        assert await rec.flush()
+        await rec.call_in_writer(lambda c: c.execute("PRAGMA busy_timeout = 50"))
+        other = sqlite3.connect(db, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            _call(rec, "r1")
+            assert await rec.write_ahead()  # not held up by the lock
+            rec.settle()  # the loop does not wait for the lock: the thread does, and gives up
+            assert not await rec.flush_rows()
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert "kept for the next start" in caplog.text
+        assert ahead.path_for(db).stat().st_size > 0
+    # The next start (here: the same file, a new recorder) writes what the lost commit held.
+    async with Recorder(db).run():
+        pass
+    assert _rows(db, "SELECT ref_id FROM responses") == [("r1",)]
