@@ -20,25 +20,29 @@ import logging
 import marshal
 import os
 import struct
+import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
 from router.record.queue import ItemQueue
-from router.record.rows import Item
+from router.record.rows import RESPONSE_PATHS, Item
 
 log = logging.getLogger("router.record.recorder")
 
 HEADER: Final = struct.Struct("<II")  # payload length, CRC-32 of the payload
 MARSHAL_VERSION: Final = 4
 SUFFIX: Final = ".ahead"
-# cover() appends at most this many items; a longer queue is a backlog the writer thread batches.
+# cover() appends at most this many items and bytes; past either, the queue is a backlog the writer
+# thread batches (a screenshot answer of several MB would be written twice on the answer's path).
 AHEAD_MAX: Final = 32
+AHEAD_MAX_BYTES: Final = 8 * 1024 * 1024
 # Once a commit lost rows the file holds, it is kept for the next start's replay, up to this size.
 KEEP_MAX_BYTES: Final = 64 * 1024 * 1024
-# The response item's fields that are paths (output_dir, cwd): marshal takes no Path.
-_PATH_FIELDS: Final = {"response": (6, 7)}
+# Fields of an item's data that are paths: marshal takes no Path.
+_PATH_FIELDS: Final = {"response": RESPONSE_PATHS}
 
 
 def path_for(db_path: Path) -> Path:
@@ -56,20 +60,46 @@ class AheadLog:
         self._size = 0
         self._keep = False  # a commit lost rows the file holds: the next start replays them
 
-    def open(self) -> None:
-        """Starts the file empty (after ``read`` and the replay of what it held)."""
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    @contextmanager
+    def opened(self) -> Iterator[None]:
+        """The file for a run, started empty (after ``read`` and the replay of what it held, or
+        ``set_aside``); closed at its end. Without it, answers wait for their commits."""
         try:
-            os.ftruncate(fd, 0)
-        except OSError:
-            os.close(fd)
-            raise
-        self._fd, self._size = fd, 0
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            try:
+                os.ftruncate(fd, 0)
+            except OSError:
+                os.close(fd)
+                raise
+        except OSError as exc:
+            log.error("recorder: no write-ahead file (%s): tool answers wait for their commits", exc)
+        else:
+            self._fd, self._size, self._keep = fd, 0, False
+        try:
+            yield
+        finally:
+            self.close()
 
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+    def set_aside(self) -> Path | None:
+        """Renames what a replay could not write (or read) out of the way, for a person to look at;
+        the new name, or None when there was nothing or it could not be moved."""
+        aside = self.path.with_name(f"{self.path.name}.{time.strftime('%Y%m%d-%H%M%S')}")
+        try:
+            self.path.rename(aside)
+        except OSError:
+            return None
+        log.error("recorder: rows of the write-ahead file not replayed; the file is kept as %s", aside)
+        return aside
+
+    def _disable(self, why: str) -> None:
+        """Answers wait for their commits for the rest of this run, as they did before the file."""
+        log.error("recorder: write-ahead file given up (%s): tool answers wait for their commits", why)
+        self.close()
 
     def cover(self, queue: ItemQueue, done: int) -> bool:
         """Whether every item ``queue`` gave out and SQLite has not got (up to seq ``done``) is in
@@ -79,7 +109,9 @@ class AheadLog:
         if queue.taken > max(done, self.upto):
             return False  # a batch on the writer thread holds items the file has not got
         items = queue.newer_than(self.upto)
-        return len(items) <= AHEAD_MAX and all(i.kind != "dropped" for i in items) and self.append(items)
+        if len(items) > AHEAD_MAX or sum(i.size for i in items) > AHEAD_MAX_BYTES:
+            return False
+        return all(i.kind != "dropped" for i in items) and self.append(items)
 
     def append(self, items: Sequence[Item]) -> bool:
         """The items in one ``write()``; False when they are not in the file (not open, an item
@@ -93,8 +125,8 @@ class AheadLog:
         frame = HEADER.pack(len(payload), zlib.crc32(payload)) + payload
         try:
             written = os.write(self._fd, frame)
-        except OSError as exc:
-            log.warning("recorder: write-ahead file not written (%s): committing instead", exc)
+        except OSError as exc:  # a full disk: one log line, not one per answer
+            self._disable(repr(exc))
             return False
         if written != len(frame):
             # A short write: the torn frame would end a replay before anything appended after it.
@@ -112,45 +144,49 @@ class AheadLog:
         if not self._keep and any(seq <= self.upto for seq in lost) and self._size:
             self._keep = True
             log.error("recorder: a commit lost rows the write-ahead file holds: kept for the next start's replay")
-        if self._keep and self._size < KEEP_MAX_BYTES:
-            return
+        if self._keep:
+            if self._size < KEEP_MAX_BYTES:
+                return
+            log.error("recorder: write-ahead file past %d bytes: the lost rows it kept are given up", KEEP_MAX_BYTES)
+            self._keep = False
         if self._size and done >= self.upto:
             self._truncate(0)
 
     def _truncate(self, size: int) -> None:
-        """Cuts the file back; failing, it stays as it is (a replay skips what SQLite has)."""
+        """Cuts the file back; failing, gives it up (what follows a torn frame would not be read)."""
         if self._fd is None:
             return
         try:
             os.ftruncate(self._fd, size)
         except OSError as exc:
-            log.warning("recorder: write-ahead file not cut back: %s", exc)
+            self._disable(f"not cut back: {exc!r}")
             return
         self._size = size
 
 
-def read(path: Path) -> list[Item]:
-    """The items a file holds, in order, up to a torn frame if any (logged)."""
+def read(path: Path) -> list[Item] | None:
+    """The items a file holds, in order, up to a torn last frame if any (logged); None when it
+    cannot be read (the caller sets it aside rather than start it over)."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return []
     except OSError as exc:
         log.error("recorder: write-ahead file %s not read: %s", path, exc)
-        return []
+        return None
     items: list[Item] = []
     at = 0
     while at < len(data):
         length, crc = HEADER.unpack_from(data, at) if at + HEADER.size <= len(data) else (-1, 0)
         payload = data[at + HEADER.size : at + HEADER.size + length]
-        try:
-            if len(payload) != length or zlib.crc32(payload) != crc:
-                raise ValueError("short or damaged frame")
-            items += [_item(row) for row in marshal.loads(payload)]
-        except (ValueError, TypeError, EOFError) as exc:
-            log.warning("recorder: write-ahead file ends in a torn write at byte %d (%s): an answer that "
-                        "never left", at, exc)
+        if len(payload) != length or zlib.crc32(payload) != crc:
+            log.warning("recorder: write-ahead file ends in a torn write at byte %d: an answer that never left", at)
             break
+        try:
+            items += [_item(row) for row in marshal.loads(payload)]
+        except (ValueError, TypeError, EOFError) as exc:  # a whole frame this Python cannot read
+            log.error("recorder: write-ahead file %s: frame at byte %d not read: %r", path, at, exc)
+            return None
         at += HEADER.size + length
     return items
 

@@ -117,17 +117,26 @@ class BatchWriter:
         self._batch_done(failed=bool(lost))
         return lost
 
-    def replay(self, conn: sqlite3.Connection, items: Sequence[Item]) -> None:
+    def replay(self, conn: sqlite3.Connection, items: Sequence[Item]) -> int:
         """The write-ahead file of a router that died (``ahead.py``), into SQLite: the items it
-        has not got, one transaction, then what their answers linked."""
-        fresh = [item for item in items if not self.rows.recorded(conn, item)]
+        has not got, one transaction, then what their answers linked; the count lost.
+
+        Commits follow the items' order, so everything up to the last item whose row SQLite has
+        was committed with it; a session's updates after that one are replayed, not guessed at
+        (a state change written ahead by another call's answer, then the crash)."""
+        found = [self.rows.recorded(conn, item) for item in items]
+        last = max((item.seq for item, has in zip(items, found, strict=True) if has), default=0)
+        fresh = [
+            item for item, has in zip(items, found, strict=True) if has is False or (has is None and item.seq > last)
+        ]
         lost = self.write(conn, fresh, 0) if fresh else []
         if jobs := self.take_enrichments():
             self.enrich(conn, jobs)
         log.warning(
-            "recorder: write-ahead file of a previous run: %d row(s) replayed, %d recorded already, %d lost",
+            "recorder: write-ahead file of a previous run: %d item(s) replayed, %d recorded already, %d lost",
             len(fresh) - len(lost), len(items) - len(fresh), len(lost),
         )
+        return len(lost)
 
     def enrich(self, conn: sqlite3.Connection, jobs: Sequence[Enrichment]) -> None:
         """Reads what the answers linked onto their rows (writer thread only: it reads files).

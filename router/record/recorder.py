@@ -187,33 +187,33 @@ class Recorder:
         self._wake = asyncio.Event()  # bound to this loop
         async with self._thread.open(self.db_path):
             await self._replay_ahead()
-            interrupted = await self.call_in_writer(schema.mark_interrupted)
-            if interrupted:
-                log.warning("recorder: %d session(s) of a previous run marked interrupted", interrupted)
-            await self.prune()
-            async with Records.open(self.db_path, before_read=self.flush) as records:
-                self.records = records
-                self._writer_task = asyncio.create_task(self._writer(), name="recorder-writer")
-                pruner = asyncio.create_task(self._retention.forever(), name="recorder-pruner")
-                try:
-                    yield self
-                finally:
-                    # Shielded: the lifespan may be exiting because of a cancellation, and what is
-                    # queued is exactly the record of the last calls.
-                    with anyio.CancelScope(shield=True):
-                        pruner.cancel()
-                        with anyio.move_on_after(SHUTDOWN_DRAIN_S):
-                            await self.flush()
-                        self._writer_task.cancel()
-                        if self._wake_timer is not None:
-                            self._wake_timer.cancel()
-                            self._wake_timer = None
-                        await asyncio.gather(self._writer_task, pruner, return_exceptions=True)
-                        self._writer_task = None
-                        self.records = None
-                    if self._queue:
-                        log.warning("recorder: %d item(s) not written at shutdown", len(self._queue))
-                    self._ahead.close()
+            with self._ahead.opened():
+                interrupted = await self.call_in_writer(schema.mark_interrupted)
+                if interrupted:
+                    log.warning("recorder: %d session(s) of a previous run marked interrupted", interrupted)
+                await self.prune()
+                async with Records.open(self.db_path, before_read=self.flush) as records:
+                    self.records = records
+                    self._writer_task = asyncio.create_task(self._writer(), name="recorder-writer")
+                    pruner = asyncio.create_task(self._retention.forever(), name="recorder-pruner")
+                    try:
+                        yield self
+                    finally:
+                        # Shielded: the lifespan may be exiting because of a cancellation, and what is
+                        # queued is exactly the record of the last calls.
+                        with anyio.CancelScope(shield=True):
+                            pruner.cancel()
+                            with anyio.move_on_after(SHUTDOWN_DRAIN_S):
+                                await self.flush()
+                            self._writer_task.cancel()
+                            if self._wake_timer is not None:
+                                self._wake_timer.cancel()
+                                self._wake_timer = None
+                            await asyncio.gather(self._writer_task, pruner, return_exceptions=True)
+                            self._writer_task = None
+                            self.records = None
+                        if self._queue:
+                            log.warning("recorder: %d item(s) not written at shutdown", len(self._queue))
 
     async def flush(self) -> bool:
         """Wait until everything enqueued before this call and not yet handled is handled,
@@ -236,13 +236,13 @@ class Recorder:
 
     def settle(self) -> None:
         """Commits what the write-ahead file holds, after the answer that waited for it left: on
-        the loop while the writer thread is idle, else by the thread."""
-        if self._done >= self._ahead.upto or not self.writer_alive:
-            return
-        if self._may_commit_inline:
-            self._write_inline()
-        if self._done < self._ahead.upto:
-            self._wake.set()
+        the loop while the writer thread is idle, else by the thread. Never raises (its caller
+        is finishing a client's request)."""
+        try:
+            if self._done < self._ahead.upto:
+                self._commit_or_wake()
+        except Exception:
+            log.exception("recorder: commit after an answer failed")
 
     async def flush_rows(self, *, linked: bool = False) -> bool:
         """``flush`` without waiting for the linked files unless ``linked``: the rows committed."""
@@ -276,9 +276,13 @@ class Recorder:
             self._wake_timer = asyncio.get_running_loop().call_later(WRITE_DELAY_S, self._timer_wake)
 
     def _timer_wake(self) -> None:
-        """A call slower than WRITE_DELAY_S: its request is written now, on the loop while the
-        writer thread is idle (a hop to it costs more than the commit), else by the thread."""
+        """A call slower than WRITE_DELAY_S: its request is written now."""
         self._wake_timer = None
+        self._commit_or_wake()
+
+    def _commit_or_wake(self) -> None:
+        """What is queued, committed on the loop while the writer thread is idle (a hop to it
+        costs more than the commit), else by the thread."""
         if self.writer_alive and self._may_commit_inline:
             self._write_inline()
         if self._queue:
@@ -382,14 +386,14 @@ class Recorder:
                 log.exception("recorder: on_writer_failure callback failed")
 
     async def _replay_ahead(self) -> None:
-        """What the write-ahead file of a router that died holds and SQLite has not got; then
-        the file starts over. Without the file, answers wait for commits, as they did before it."""
-        if items := ahead.read(self._ahead.path):
-            await self.call_in_writer(functools.partial(self._batches.replay, items=items))
-        try:
-            self._ahead.open()
-        except OSError as exc:
-            log.error("recorder: no write-ahead file (%s): tool answers wait for their commits", exc)
+        """What the write-ahead file of a router that died holds and SQLite has not got; a file
+        that could not be read or written is set aside for a person, not started over."""
+        items = ahead.read(self._ahead.path)
+        lost = 0
+        if items:
+            lost = await self.call_in_writer(functools.partial(self._batches.replay, items=items))
+        if items is None or lost:
+            self._ahead.set_aside()
 
     async def prune(self, now: float | None = None) -> list[str]:
         """Deletes what is past the retention now (see retention.py); the session ids deleted."""

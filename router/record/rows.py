@@ -26,6 +26,8 @@ class Item:
     size: int  # approximate bytes held in memory
 
 
+# Where a "response" item's data (Recorder.response) holds paths: output_dir and cwd.
+RESPONSE_PATHS: Final = (6, 7)
 # What an answer's text holds when it has something to read from the worker's files or to
 # parse: a snapshot (inline or linked), new console entries, file links ("- [Title](path)"),
 # console messages listed inline. An answer with none of them needs no Enrichment.
@@ -131,19 +133,17 @@ class RowWriter:
         return None
 
     @staticmethod
-    def recorded(conn: sqlite3.Connection, item: Item) -> bool:
-        """Whether SQLite already holds what ``item`` writes (a replay of the write-ahead file
-        after a crash skips it). A session's row counts as its opening and its state: a replayed
-        state must not move back one that a later commit wrote."""
+    def recorded(conn: sqlite3.Connection, item: Item) -> bool | None:
+        """Whether SQLite already holds the row ``item`` adds (a replay of the write-ahead file
+        after a crash skips it); None for the items that only update a session's row ("open",
+        "state", "activity"), which no row of their own tells apart."""
         args: tuple[object, ...]
         if item.kind in ("request", "response"):
             sql, args = f"SELECT 1 FROM {item.kind}s WHERE ref_id = ?", (item.key,)
-        elif item.kind in ("open", "state"):
-            sql, args = "SELECT 1 FROM sessions WHERE id = ?", (item.key,)
         elif item.kind == "resumed":
             sql, args = "SELECT 1 FROM session_events WHERE session_id = ? AND ts = ?", (item.key, item.ts)
         else:
-            return False  # "activity" moves last_activity by max(): writing it twice is harmless
+            return None
         return conn.execute(sql, args).fetchone() is not None
 
     def _bump_activity(self, conn: sqlite3.Connection, session_id: str, ts: float) -> None:

@@ -19,6 +19,7 @@ import pytest
 from router.record import ahead
 from router.record.recorder import Recorder
 from router.record.rows import Item
+from tests.support import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("ahead_child.py")
@@ -95,13 +96,10 @@ def test_a_torn_last_frame_ends_the_replay_and_keeps_what_came_before(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     log = ahead.AheadLog(tmp_path / "router.db.ahead")
-    log.open()
     first = Item("response", 1.5, "r1", ("success", "{}", None, None, None, 1.0, tmp_path, None), 7, 0)
     second = Item("request", 2.5, "r2", ("s", "tools/call", "browser_tabs", {"a": [1, None]}), 8, 0)
-    try:
+    with log.opened():
         assert log.append([first]) and log.append([second])
-    finally:
-        log.close()
     assert ahead.read(log.path) == [first, second]  # paths come back as paths
     with log.path.open("ab") as f:
         f.write(ahead.HEADER.pack(1000, 0) + b"half a frame")  # the process died mid-write()
@@ -170,3 +168,81 @@ async def test_a_commit_that_lost_rows_the_file_holds_keeps_the_file(
     async with Recorder(db).run():
         pass
     assert _rows(db, "SELECT ref_id FROM responses") == [("r1",)]
+
+
+def _ahead_file(db: Path, items: list[Item]) -> None:
+    """A write-ahead file as a router that died left it."""
+    log = ahead.AheadLog(ahead.path_for(db))
+    with log.opened():
+        assert log.append(items)
+
+
+async def _record_one_call(db: Path) -> None:
+    rec = Recorder(db)
+    async with rec.run():
+        rec.session_opened("s", client_info={}, protocol_version=None, port=1, pid=1)
+        _call(rec, "c1")
+        assert await rec.flush()
+
+
+async def test_a_replay_redoes_a_sessions_updates_after_its_last_recorded_call(tmp_path: Path) -> None:
+    """Commits follow the items' order: a session's update written ahead after the last call
+    SQLite has (another call's answer carried it into the file) is replayed; one before it was
+    committed with that call and is not replayed over what came after."""
+    db = tmp_path / "router.db"
+    await _record_one_call(db)
+    _ahead_file(db, [
+        Item("open", 1.0, "s", ({}, None, 99, 99, None, None), 10, 0),  # committed with c1: skipped
+        Item("request", 1.0, "c1", ("s", "tools/call", "browser_tabs", {}), 11, 0),
+        Item("response", 1.0, "c1", ("success", "{}", None, None, None, 1.0, None, None), 12, 0),
+        Item("state", 2.0, "s", ("closed",), 13, 0),  # after it: replayed
+    ])
+    async with Recorder(db).run():
+        pass
+    assert _rows(db, "SELECT state, worker_port FROM sessions") == [("closed", 1)]
+    assert _rows(db, "SELECT count(*) FROM responses") == [(1,)]
+
+
+async def test_a_replay_that_cannot_write_a_row_sets_the_file_aside(tmp_path: Path) -> None:
+    db = tmp_path / "router.db"
+    await _record_one_call(db)
+    good = Item("request", 3.0, "c2", ("s", "tools/call", "browser_tabs", {}), 20, 0)
+    bad = Item("response", 3.0, "c2", ("neither success nor error", "{}", None, None, None, 1.0, None, None), 21, 0)
+    _ahead_file(db, [good, bad])
+    async with Recorder(db).run():
+        pass
+    assert _rows(db, "SELECT ref_id FROM requests ORDER BY ref_id") == [("c1",), ("c2",)]  # the others are kept
+    aside = [p for p in os.scandir(tmp_path) if p.name.startswith("router.db.ahead.")]
+    assert len(aside) == 1 and ahead.read(Path(aside[0].path)) == [good, bad]  # for a person, not started over
+    assert ahead.path_for(db).stat().st_size == 0
+
+
+async def test_a_full_disk_gives_the_file_up_and_answers_wait_for_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def full(fd: int, data: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+    db = tmp_path / "router.db"
+    rec = Recorder(db)
+    async with rec.run():
+        rec.session_opened("s", client_info={}, protocol_version=None, port=1, pid=1)
+        assert await rec.flush()
+        monkeypatch.setattr(ahead.os, "write", full)
+        for ref in ("r1", "r2"):
+            _call(rec, ref)
+            assert await rec.write_ahead()  # committed instead
+            assert _rows(db, "SELECT count(*) FROM responses WHERE ref_id = ?", ref) == [(1,)]
+    assert caplog.text.count("write-ahead file given up") == 1
+
+
+async def test_the_cli_says_when_answered_calls_wait_in_the_file(tmp_path: Path) -> None:
+    """Read while the router is down, the record lacks what the file holds: `mcp-router show`
+    says so rather than show a timeline that silently ends early."""
+    db = tmp_path / "router.db"
+    await _record_one_call(db)
+    _ahead_file(db, [Item("request", 3.0, "c2", ("s", "tools/call", "browser_tabs", {}), 20, 0)])
+    shown = await asyncio.to_thread(run_cli, "show", "s", "--state-dir", str(tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    assert "router.db.ahead holds answered calls not yet in router.db" in shown.stderr
+    assert "c1" in shown.stdout or "browser_tabs" in shown.stdout
