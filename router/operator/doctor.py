@@ -29,7 +29,7 @@ from router.cli.api_client import base_url
 from router.cli.service_unit import UNIT_NAME
 from router.http.auth import WeakToken, read_token, token_path
 from router.layout import StateLayout
-from router.record import schema
+from router.record import ahead, schema
 from router.settings import Settings
 from router.state_lock import lock_status
 from workers.spec import default_cli_path, sandbox_possible
@@ -192,7 +192,16 @@ def check_database(state_dir: Path) -> Check:
         return Check(False, f"database {path} has schema v{version}, newer than this router (v{schema.SCHEMA_VERSION})",
                      "upgrade mcp-router, or move the file aside")
     note = "" if version == schema.SCHEMA_VERSION else f" (migrated to v{schema.SCHEMA_VERSION} on start)"
-    return Check(True, f"database {path} opens, schema v{version}{note}")
+    opens = f"database {path} opens, schema v{version}{note}"
+    pending = ahead.path_for(path)
+    aside = sorted(p.name for p in path.parent.glob(f"{pending.name}.*"))
+    if aside:
+        return Check(True, f"{opens}; write-ahead rows a replay could not write are kept in {', '.join(aside)}",
+                     "look at them (router/record/ahead.py reads them), then delete them", warning=True)
+    if pending.exists() and pending.stat().st_size:
+        return Check(True, f"{opens}; {pending.name} holds answered calls not yet in it",
+                     "a running router commits them at once, a stopped one when it next starts", warning=True)
+    return Check(True, opens)
 
 
 def check_port(host: str, port: int) -> Check:
