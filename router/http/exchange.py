@@ -168,7 +168,8 @@ class Exchange:
         # A tool answer's text is read once, here, for the record, the catalog and continuity.
         result = parsed.get("result")
         facts = summarize(result) if self.is_tool_call and isinstance(result, dict) else None
-        facts = await self._complete(parsed, facts)
+        raw = tools.raw_member(payload, "result" if "result" in parsed else "error")
+        facts = await self._complete(parsed, facts, raw=raw)
         return self._rewrite(parsed, payload, facts)
 
     def _rewrite(self, response: dict[str, Any], payload: bytes, facts: Extracted | None = None) -> bytes | None:
@@ -198,8 +199,11 @@ class Exchange:
                 return json.dumps(response).encode()
         return tools.with_ref_meta(response, payload, self.ref_id)
 
-    async def _complete(self, response: dict[str, Any], facts: Extracted | None = None) -> Extracted | None:
-        """Records the answer; ``facts`` back, with the linked snapshot if it was read for that."""
+    async def _complete(
+        self, response: dict[str, Any], facts: Extracted | None = None, *, raw: bytes | None = None
+    ) -> Extracted | None:
+        """Records the answer (``raw``: the worker's own bytes of its result or error, kept as
+        they are); ``facts`` back, with the linked snapshot if it was read for that."""
         self.done = True
         self.record_request()
         result = response.get("result")
@@ -219,7 +223,7 @@ class Exchange:
             recorder.response(
                 self.ref_id,
                 status="error" if is_error else "success",
-                result=json.dumps(result if error is None else error),
+                result=raw if raw is not None else json.dumps(result if error is None else error),
                 page_snapshot=snapshot,
                 console_logs=console,
                 error=json.dumps(error) if error is not None else None,

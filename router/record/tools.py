@@ -7,6 +7,7 @@ for any call of this conversation, even after its worker was reaped.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -22,6 +23,9 @@ GET_CONSOLE: Final = "get_console_content"
 CREATE_NEW_SESSION: Final = "create_new_session"
 # Answers that compact mode leaves whole: the snapshot is what was asked for.
 KEEP_WHOLE: Final = frozenset({"browser_snapshot"})
+# The end of an answer in the SDKs' compact form: {"result":…,"jsonrpc":"2.0","id":…}.
+_ANSWER_TAIL: Final = b',"jsonrpc":"2.0","id":'
+_ANSWER_ID_END: Final = re.compile(rb'(?:-?\d+|"(?:[^"\\]|\\.)*")\}\s*')
 
 _REF = {"type": "string", "description": "The ref_id of an earlier call (shown in compact answers)."}
 DEFINITIONS: Final[list[dict[str, Any]]] = [
@@ -160,3 +164,20 @@ def splice_ref_meta(payload: bytes, ref_id: str) -> bytes | None:
     rest = payload[insert:]
     separator = b"" if rest.startswith(b"}") else b","
     return payload[:insert] + meta + separator + rest
+
+
+def raw_member(payload: bytes, key: str) -> bytes | None:
+    """The worker's own bytes of an answer's ``key`` ("result" or "error") when the answer has
+    the SDKs' compact form, so the record keeps what the worker sent without encoding it again
+    (json.dumps took ~27 µs for a 10-KB snapshot answer, ~110 µs for 30 KB of non-ASCII text,
+    which it doubled with escapes); None for any other form.
+
+    Inside JSON strings quotes are escaped, so the tail found last, followed by nothing but the
+    id and the closing brace, is the answer's own."""
+    head = b'{"' + key.encode() + b'":'
+    if not payload.startswith(head):
+        return None
+    at = payload.rfind(_ANSWER_TAIL)
+    if at < len(head) or _ANSWER_ID_END.fullmatch(payload, at + len(_ANSWER_TAIL)) is None:
+        return None
+    return payload[len(head) : at]

@@ -49,6 +49,25 @@ def test_every_table_is_filled_by_a_real_flow(pw_router: RouterThread, pages: st
         c.delete()
 
 
+def test_an_answer_is_kept_as_the_worker_sent_it(pw_router: RouterThread, pages: str) -> None:
+    """Its result's own bytes, not a re-encoding of them: non-ASCII text as it is (json.dumps
+    escaped each character, up to six bytes for one) and the worker's compact separators."""
+    with RawClient(pw_router.url) as c:
+        c.initialize()
+        c.call("browser_navigate", url=f"{pages}/accents")
+        snap = c.call("browser_snapshot")
+        assert "L’élève a écrit « déjà vu » — 東京" in text_of(snap)
+        with db(pw_router) as conn:
+            stored = conn.execute("SELECT result FROM responses WHERE ref_id = ?", (ref_of(snap),)).fetchone()[0]
+        assert "L’élève a écrit « déjà vu » — 東京" in stored and "\\u00e9" not in stored
+        assert '", "' not in stored and stored.startswith('{"content":[')
+        kept = json.loads(stored)
+        sent = dict(snap["result"])
+        sent.pop("_meta")  # the router's, added for the client after the record
+        assert kept == sent
+        c.delete()
+
+
 def test_a_snapshot_is_on_its_row_when_the_answer_arrives(pw_router: RouterThread, pages: str) -> None:
     # In the answer's text, or in the page-*.yml file it links: either way it is written with the
     # row (in the write-ahead the answer waited for, and the commit right after), not read onto

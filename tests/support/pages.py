@@ -58,6 +58,8 @@ function go() { document.getElementById('out').textContent = 'continued with ' +
 </script></body></html>""",
     # A login whose redirect lands a moment later (while the client waits, say): the cookie is
     # set and the page moves to /second 3 s after it loaded.
+    "/accents": """<!doctype html><html><head><meta charset="utf-8"><title>Accents</title></head><body>
+<p>L’élève a écrit « déjà vu » — 東京</p></body></html>""",
     "/later": """<!doctype html><html><head><title>Later</title></head><body><p>signing in</p>
 <script>setTimeout(() => { document.cookie = 'late=moved42; path=/'; location.href = '/second'; }, 3000);</script>
 </body></html>""",
