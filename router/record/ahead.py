@@ -88,7 +88,8 @@ class AheadLog:
     def set_aside(self) -> Path | None:
         """Renames what a replay could not write (or read) out of the way, for a person to look at;
         the new name, or None when there was nothing or it could not be moved."""
-        aside = self.path.with_name(f"{self.path.name}.{time.strftime('%Y%m%d-%H%M%S')}")
+        # The pid too: a rename over an earlier file set aside in the same second would lose it.
+        aside = self.path.with_name(f"{self.path.name}.{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
         try:
             self.path.rename(aside)
         except OSError:
