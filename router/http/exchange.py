@@ -168,8 +168,7 @@ class Exchange:
         # A tool answer's text is read once, here, for the record, the catalog and continuity.
         result = parsed.get("result")
         facts = summarize(result) if self.is_tool_call and isinstance(result, dict) else None
-        raw = tools.raw_member(payload, "result" if "result" in parsed else "error")
-        facts = await self._complete(parsed, facts, raw=raw)
+        facts = await self._complete(parsed, facts, payload=payload)
         return self._rewrite(parsed, payload, facts)
 
     def _rewrite(self, response: dict[str, Any], payload: bytes, facts: Extracted | None = None) -> bytes | None:
@@ -200,9 +199,9 @@ class Exchange:
         return tools.with_ref_meta(response, payload, self.ref_id)
 
     async def _complete(
-        self, response: dict[str, Any], facts: Extracted | None = None, *, raw: bytes | None = None
+        self, response: dict[str, Any], facts: Extracted | None = None, *, payload: bytes | None = None
     ) -> Extracted | None:
-        """Records the answer (``raw``: the worker's own bytes of its result or error, kept as
+        """Records the answer (from the worker's own bytes, ``payload``, when it has them: kept as
         they are); ``facts`` back, with the linked snapshot if it was read for that."""
         self.done = True
         self.record_request()
@@ -220,10 +219,11 @@ class Exchange:
             if facts is not None and facts.page_snapshot is None and snapshot is not None:
                 facts = dataclasses.replace(facts, linked_snapshot=snapshot)  # read once, used twice
             output_dir = worker_dir if now is None else None
+            kept = tools.raw_member(payload, "result" if error is None else "error") if payload else None
             recorder.response(
                 self.ref_id,
                 status="error" if is_error else "success",
-                result=raw if raw is not None else json.dumps(result if error is None else error),
+                result=kept if kept is not None else json.dumps(result if error is None else error),
                 page_snapshot=snapshot,
                 console_logs=console,
                 error=json.dumps(error) if error is not None else None,
