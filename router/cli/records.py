@@ -45,9 +45,8 @@ def _run(args: argparse.Namespace, job: str) -> int:
     if not path.exists():
         print(f"no record yet at {path} (start the router first, or pass --state-dir)", file=sys.stderr)
         return 1
-    pending = ahead.path_for(path)
-    if pending.exists() and pending.stat().st_size:
-        print(f"note: {pending.name} holds answered calls not yet in {path.name}; the router writes them "
+    if ahead.holds_rows(path):
+        print(f"note: {ahead.path_for(path).name} holds answered calls not yet in {path.name}; the router writes them "
               "there once it commits them, or when it next starts", file=sys.stderr)
     try:
         return asyncio.run(_job(layout(args), args, job))

@@ -193,13 +193,11 @@ def check_database(state_dir: Path) -> Check:
                      "upgrade mcp-router, or move the file aside")
     note = "" if version == schema.SCHEMA_VERSION else f" (migrated to v{schema.SCHEMA_VERSION} on start)"
     opens = f"database {path} opens, schema v{version}{note}"
-    pending = ahead.path_for(path)
-    aside = sorted(p.name for p in path.parent.glob(f"{pending.name}.*"))
-    if aside:
+    if aside := [p.name for p in ahead.set_aside_files(path)]:
         return Check(True, f"{opens}; write-ahead rows a replay could not write are kept in {', '.join(aside)}",
                      "look at them (router/record/ahead.py reads them), then delete them", warning=True)
-    if pending.exists() and pending.stat().st_size:
-        return Check(True, f"{opens}; {pending.name} holds answered calls not yet in it",
+    if ahead.holds_rows(path):
+        return Check(True, f"{opens}; {ahead.path_for(path).name} holds answered calls not yet in it",
                      "a running router commits them at once, a stopped one when it next starts", warning=True)
     return Check(True, opens)
 

@@ -50,6 +50,21 @@ def path_for(db_path: Path) -> Path:
     return db_path.with_name(db_path.name + SUFFIX)
 
 
+def holds_rows(db_path: Path) -> bool:
+    """Whether the write-ahead file beside the database holds rows: answered calls a running
+    router has not committed yet, or a stopped one writes when it next starts."""
+    try:
+        return path_for(db_path).stat().st_size > 0
+    except FileNotFoundError:
+        return False
+
+
+def set_aside_files(db_path: Path) -> list[Path]:
+    """The write-ahead files a replay could not write, kept for a person (``AheadLog.set_aside``)."""
+    ahead = path_for(db_path)
+    return sorted(ahead.parent.glob(f"{ahead.name}.*"))
+
+
 class AheadLog:
     """Appends rows on the event loop (one ``write()`` per ``append``); loop-side only."""
 
@@ -178,9 +193,10 @@ def read(path: Path) -> list[Item] | None:
     items: list[Item] = []
     at = 0
     while at < len(data):
-        length, crc = HEADER.unpack_from(data, at) if at + HEADER.size <= len(data) else (-1, 0)
+        torn = at + HEADER.size > len(data)  # not even a whole header
+        length, crc = (0, 0) if torn else HEADER.unpack_from(data, at)
         payload = data[at + HEADER.size : at + HEADER.size + length]
-        if len(payload) != length or zlib.crc32(payload) != crc:
+        if torn or len(payload) != length or zlib.crc32(payload) != crc:
             log.warning("recorder: write-ahead file ends in a torn write at byte %d: an answer that never left", at)
             break
         try:

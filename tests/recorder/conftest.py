@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,15 @@ from router.record.recorder import Recorder
 DATA = Path(__file__).parent / "data"
 # Where the answers were captured: the worker ran with cwd /tmp/x and --output-dir /tmp/x/out.
 CAPTURED_OUT = "/tmp/x/out/"
+
+
+def query(db: Path, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+    """Rows read back from the record's file on a connection of the test's own."""
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
 
 
 @dataclass

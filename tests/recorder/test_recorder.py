@@ -3,7 +3,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import sqlite3
 import time
 import uuid
 from pathlib import Path
@@ -16,19 +15,11 @@ from router.layout import StateLayout
 from router.record import files
 from router.record import recorder as recorder_module
 from router.record.recorder import BATCH_MAX, Recorder
-from tests.recorder.conftest import Answers
-
-
-def _query(db: Path, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
+from tests.recorder.conftest import Answers, query
 
 
 def _count(db: Path, table: str) -> int:
-    return int(_query(db, f"SELECT count(*) FROM {table}")[0][0])
+    return int(query(db, f"SELECT count(*) FROM {table}")[0][0])
 
 
 def _call(rec: Recorder, session_id: str, ref_id: str | None = None, **response: Any) -> str:
@@ -47,14 +38,14 @@ async def test_rows_of_every_kind_are_written(recorder: Recorder, db_path: Path,
     recorder.session_activity("s1")
     recorder.session_state("s1", "closed")
     await recorder.flush()
-    (session,) = _query(db_path, "SELECT state, client_info, worker_port, worker_pid, metadata FROM sessions")
+    (session,) = query(db_path, "SELECT state, client_info, worker_port, worker_pid, metadata FROM sessions")
     assert session[0] == "closed" and json.loads(session[1])["name"] == "claude-code"
     assert session[2:4] == (21234, 4242) and json.loads(session[4]) == {"mode": "compact"}
-    (resp,) = _query(db_path, "SELECT status, result, page_snapshot, console_logs FROM responses")
+    (resp,) = query(db_path, "SELECT status, result, page_snapshot, console_logs FROM responses")
     assert resp[0] == "success" and resp[1] == raw  # verbatim
     assert resp[2] == answers.file("page-", 0)
     assert json.loads(resp[3]) == answers.file("console-").split("\n")[:3]
-    levels = _query(db_path, "SELECT level, message, location FROM console_logs ORDER BY id")
+    levels = query(db_path, "SELECT level, message, location FROM console_logs ORDER BY id")
     assert [r[0] for r in levels] == ["error", "info", "info"]
     assert json.loads(levels[0][2]) == {"url": "http://127.0.0.1:8765/index.html", "line": 5}
 
@@ -69,9 +60,9 @@ async def test_parsed_result_and_whole_jsonrpc_message_are_accepted(
     recorder.response("b", status="success", result=json.dumps(answers.by_name["click"]).encode(),
                       duration_ms=1, output_dir=answers.output_dir)
     await recorder.flush()
-    rows = dict(_query(db_path, "SELECT ref_id, page_snapshot FROM responses"))
+    rows = dict(query(db_path, "SELECT ref_id, page_snapshot FROM responses"))
     assert rows["a"] == rows["b"] == answers.file("page-", 1)
-    assert json.loads(_query(db_path, "SELECT result FROM responses WHERE ref_id='a'")[0][0]) == \
+    assert json.loads(query(db_path, "SELECT result FROM responses WHERE ref_id='a'")[0][0]) == \
         answers.result("click")
 
 
@@ -89,7 +80,7 @@ async def test_flush_waits_only_for_what_was_enqueued(recorder: Recorder, db_pat
     await recorder.flush()  # nothing queued: returns at once
     ref = _call(recorder, "s")
     await recorder.flush()
-    assert _query(db_path, "SELECT ref_id FROM responses") == [(ref,)]
+    assert query(db_path, "SELECT ref_id FROM responses") == [(ref,)]
 
 
 async def test_concurrent_sessions(db_path: Path) -> None:
@@ -122,7 +113,7 @@ async def test_full_queue_drops_and_counts(db_path: Path) -> None:
     async with rec.run():
         await rec.flush()
     assert _count(db_path, "requests") == 10
-    (failure,) = _query(db_path, "SELECT what, error FROM recorder_failures")
+    (failure,) = query(db_path, "SELECT what, error FROM recorder_failures")
     assert failure[0] == "queue full" and "5 item(s) dropped" in failure[1]
 
 
@@ -136,8 +127,8 @@ async def test_write_failure_never_raises_and_is_recorded_later(recorder: Record
     await recorder.call_in_writer(lambda c: c.execute("PRAGMA query_only = OFF"))
     later = _call(recorder, "s")
     await recorder.flush()
-    assert [r[0] for r in _query(db_path, "SELECT ref_id FROM responses")] == [later]
-    (failure,) = _query(db_path, "SELECT what, error FROM recorder_failures")
+    assert [r[0] for r in query(db_path, "SELECT ref_id FROM responses")] == [later]
+    (failure,) = query(db_path, "SELECT what, error FROM recorder_failures")
     assert failure[0] == "batch of 2" and "readonly" in failure[1]
     assert ref not in failure[1]
 
@@ -159,8 +150,8 @@ async def test_one_bad_row_does_not_cost_the_batch(recorder: Recorder, db_path: 
     good = _call(recorder, "s")
     await recorder.flush()
     assert recorder.stats().failed_rows == 2
-    assert {r[0] for r in _query(db_path, "SELECT ref_id FROM responses")} == {"dup", good}
-    whats = sorted(r[0] for r in _query(db_path, "SELECT what FROM recorder_failures"))
+    assert {r[0] for r in query(db_path, "SELECT ref_id FROM responses")} == {"dup", good}
+    whats = sorted(r[0] for r in query(db_path, "SELECT what FROM recorder_failures"))
     assert whats == ["request dup", "response odd"]
 
 
@@ -203,7 +194,7 @@ async def test_retention_prunes_old_rows_but_not_live_sessions(db_path: Path) ->
         assert pruned == ["old"]
         for table in ("requests", "responses", "console_logs"):
             assert _count(db_path, table) == 0
-        assert [r[0] for r in _query(db_path, "SELECT id FROM sessions")] == ["live"]
+        assert [r[0] for r in query(db_path, "SELECT id FROM sessions")] == ["live"]
 
 
 async def test_enqueued_before_run_is_written_and_after_run_is_kept_off_disk(db_path: Path) -> None:
@@ -211,10 +202,10 @@ async def test_enqueued_before_run_is_written_and_after_run_is_kept_off_disk(db_
     _call(rec, "s", "early")
     async with rec.run():
         await rec.flush()
-        assert _query(db_path, "SELECT ref_id FROM responses") == [("early",)]
+        assert query(db_path, "SELECT ref_id FROM responses") == [("early",)]
     _call(rec, "s", "late")  # must not raise once stopped
     await rec.flush()
-    assert _query(db_path, "SELECT ref_id FROM responses") == [("early",)]
+    assert query(db_path, "SELECT ref_id FROM responses") == [("early",)]
 
 
 async def test_cancelled_lifespan_still_drains_the_queue(db_path: Path) -> None:

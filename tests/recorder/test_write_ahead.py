@@ -19,18 +19,11 @@ import pytest
 from router.record import ahead
 from router.record.recorder import Recorder
 from router.record.rows import Item
+from tests.recorder.conftest import query
 from tests.support import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("ahead_child.py")
-
-
-def _rows(db: Path, sql: str, *args: object) -> list[tuple[object, ...]]:
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
 
 
 def _call(rec: Recorder, ref: str) -> None:
@@ -49,10 +42,10 @@ async def test_an_answer_waits_for_the_file_and_the_commit_follows_it(tmp_path: 
         assert await rec.write_ahead()
         # Durable in the file, not committed yet: the answer did not wait for SQLite.
         assert ahead.path_for(db).stat().st_size > 0
-        assert _rows(db, "SELECT ref_id FROM responses") == []
+        assert query(db, "SELECT ref_id FROM responses") == []
         assert rec.stats().batches == batches
         rec.settle()  # the exchange, once the answer has left
-        assert _rows(db, "SELECT ref_id FROM responses") == [("r1",)]
+        assert query(db, "SELECT ref_id FROM responses") == [("r1",)]
         assert rec.stats().batches == batches + 1  # request and answer in one commit, on the loop
         assert ahead.path_for(db).stat().st_size == 0  # all it held is committed
 
@@ -66,7 +59,7 @@ def test_a_router_killed_before_the_commit_replays_the_file_once(tmp_path: Path)
     assert done.returncode == -signal.SIGKILL, done.stderr
     assert done.stdout.strip() == "answered"
     # The answer left with its call only in the write-ahead file.
-    assert _rows(db, "SELECT ref_id FROM responses") == [("c0",)]
+    assert query(db, "SELECT ref_id FROM responses") == [("c0",)]
     kept = tmp_path / "kept.ahead"
     shutil.copy(ahead.path_for(db), kept)
     assert kept.stat().st_size > 0
@@ -76,20 +69,20 @@ def test_a_router_killed_before_the_commit_replays_the_file_once(tmp_path: Path)
             pass
 
     asyncio.run(start_and_stop())
-    assert _rows(db, "SELECT ref_id FROM requests ORDER BY ts") == [("c0",), ("c1",)]
-    assert _rows(db, "SELECT ref_id, page_snapshot IS NOT NULL, duration_ms FROM responses ORDER BY ts") == [
+    assert query(db, "SELECT ref_id FROM requests ORDER BY ts") == [("c0",), ("c1",)]
+    assert query(db, "SELECT ref_id, page_snapshot IS NOT NULL, duration_ms FROM responses ORDER BY ts") == [
         ("c0", 1, 1.0), ("c1", 1, 2.0)
     ]
-    assert _rows(db, "SELECT level, message FROM console_logs WHERE ref_id = 'c1'") == [("error", "boom")]
-    assert _rows(db, "SELECT detail FROM session_events") == [("idle",)]
+    assert query(db, "SELECT level, message FROM console_logs WHERE ref_id = 'c1'") == [("error", "boom")]
+    assert query(db, "SELECT detail FROM session_events") == [("idle",)]
     assert ahead.path_for(db).stat().st_size == 0
 
     # A file whose rows are all in SQLite already (killed after the commit, before the emptying).
     shutil.copy(kept, ahead.path_for(db))
     asyncio.run(start_and_stop())
-    assert _rows(db, "SELECT count(*) FROM responses") == [(2,)]
-    assert _rows(db, "SELECT count(*) FROM session_events") == [(1,)]
-    assert _rows(db, "SELECT count(*) FROM recorder_failures") == [(0,)]
+    assert query(db, "SELECT count(*) FROM responses") == [(2,)]
+    assert query(db, "SELECT count(*) FROM session_events") == [(1,)]
+    assert query(db, "SELECT count(*) FROM recorder_failures") == [(0,)]
 
 
 def test_a_torn_last_frame_ends_the_replay_and_keeps_what_came_before(
@@ -138,7 +131,7 @@ async def test_rows_a_thread_batch_holds_are_waited_for_not_written_ahead(tmp_pa
         gate.set()
         await job
         assert await asyncio.wait_for(answer, 10)
-        assert _rows(db, "SELECT count(*) FROM requests") == [(6,)]
+        assert query(db, "SELECT count(*) FROM requests") == [(6,)]
 
 
 async def test_a_commit_that_lost_rows_the_file_holds_keeps_the_file(
@@ -167,7 +160,7 @@ async def test_a_commit_that_lost_rows_the_file_holds_keeps_the_file(
     # The next start (here: the same file, a new recorder) writes what the lost commit held.
     async with Recorder(db).run():
         pass
-    assert _rows(db, "SELECT ref_id FROM responses") == [("r1",)]
+    assert query(db, "SELECT ref_id FROM responses") == [("r1",)]
 
 
 def _ahead_file(db: Path, items: list[Item]) -> None:
@@ -199,8 +192,8 @@ async def test_a_replay_redoes_a_sessions_updates_after_its_last_recorded_call(t
     ])
     async with Recorder(db).run():
         pass
-    assert _rows(db, "SELECT state, worker_port FROM sessions") == [("closed", 1)]
-    assert _rows(db, "SELECT count(*) FROM responses") == [(1,)]
+    assert query(db, "SELECT state, worker_port FROM sessions") == [("closed", 1)]
+    assert query(db, "SELECT count(*) FROM responses") == [(1,)]
 
 
 async def test_a_replay_that_cannot_write_a_row_sets_the_file_aside(tmp_path: Path) -> None:
@@ -211,9 +204,9 @@ async def test_a_replay_that_cannot_write_a_row_sets_the_file_aside(tmp_path: Pa
     _ahead_file(db, [good, bad])
     async with Recorder(db).run():
         pass
-    assert _rows(db, "SELECT ref_id FROM requests ORDER BY ref_id") == [("c1",), ("c2",)]  # the others are kept
-    aside = [p for p in os.scandir(tmp_path) if p.name.startswith("router.db.ahead.")]
-    assert len(aside) == 1 and ahead.read(Path(aside[0].path)) == [good, bad]  # for a person, not started over
+    assert query(db, "SELECT ref_id FROM requests ORDER BY ref_id") == [("c1",), ("c2",)]  # the others are kept
+    aside = ahead.set_aside_files(db)
+    assert len(aside) == 1 and ahead.read(aside[0]) == [good, bad]  # for a person, not started over
     assert ahead.path_for(db).stat().st_size == 0
 
 
@@ -232,7 +225,7 @@ async def test_a_full_disk_gives_the_file_up_and_answers_wait_for_commits(
         for ref in ("r1", "r2"):
             _call(rec, ref)
             assert await rec.write_ahead()  # committed instead
-            assert _rows(db, "SELECT count(*) FROM responses WHERE ref_id = ?", ref) == [(1,)]
+            assert query(db, "SELECT count(*) FROM responses WHERE ref_id = ?", (ref,)) == [(1,)]
     assert caplog.text.count("write-ahead file given up") == 1
 
 

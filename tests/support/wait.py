@@ -40,5 +40,5 @@ async def async_wait_for(
 def wait_recorded(state_dir: Path, timeout: float = WAIT_TIMEOUT) -> None:
     """Until every call answered so far is committed to the router's ``router.db``: a tool answer
     leaves once its rows are in the write-ahead file, emptied when the commit after it is made."""
-    path = ahead.path_for(Path(state_dir) / "router.db")
-    wait_for(lambda: not path.exists() or path.stat().st_size == 0, timeout)
+    db = Path(state_dir) / "router.db"
+    wait_for(lambda: not ahead.holds_rows(db), timeout)
