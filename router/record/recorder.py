@@ -16,7 +16,8 @@ queue grows). ``flush()`` waits for the commit and says whether all it waited fo
 it commits on the event loop itself, no thread hops. Under load, the thread's batches are the
 group commit. A tool answer waits for less: ``write_ahead()`` puts what is queued in the
 write-ahead file (``ahead.py``, one ``write()``), ``settle()`` commits it once the answer has
-left, and a router that died in between replays that file when it next starts.
+left (within SETTLE_DELAY_S: answers in that time share one commit, ``commit_timer.py``), and a
+router that died in between replays that file when it next starts.
 
 Failing loudly: failed batches and rows are counted (``failed_batches``, ``failed_rows``) for
 /metrics and /healthz (``stats()``); should the writer task itself die, ``on_writer_failure`` is told once.
@@ -41,6 +42,7 @@ import anyio
 from router.layout import StateLayout
 from router.record import ahead, schema
 from router.record.batches import BatchWriter, rollback
+from router.record.commit_timer import SETTLE_DELAY_S, WRITE_DELAY_S, CommitTimer
 from router.record.queue import ItemQueue
 from router.record.records import Records
 from router.record.retention import Retention
@@ -65,28 +67,23 @@ SHUTDOWN_DRAIN_S: Final = 10.0
 # are queued (one call's request and answer, a session event or two).
 INLINE_MAX: Final = 8
 ENRICH_MAX: Final = 64
-# A quiet writer waits this long after the first item, so that a call's request and answer go in
-# the one commit its answer makes, a click's (~0.55 s) too; at 20 ms such a call's request went
-# alone through a hop to the thread (~0.6 ms of CPU). It bounds what a killed router loses: the
-# requests of its last second, none answered (a call that hangs is on disk after a second).
-# Nobody waits on it: whoever needs rows on disk flushes, which writes at once.
-WRITE_DELAY_S: Final = 1.0
 
 
 class Recorder:
     def __init__(
         self, db_path: Path, *, layout: StateLayout | None = None, retention_days: float = 30.0,
         queue_max: int = QUEUE_MAX, queue_max_bytes: int = QUEUE_MAX_BYTES,
-        on_writer_failure: Callable[[str], None] | None = None,
+        on_writer_failure: Callable[[str], None] | None = None, settle_delay: float = SETTLE_DELAY_S,
     ) -> None:
         """``layout``: where the files a call linked are kept (``layout.files_dir(ref_id)``);
         without one, only snapshots and console text are kept. ``on_writer_failure(reason)`` runs
         once if the writer task dies: nothing is recorded any more, and the process should be
-        restarted."""
+        restarted. ``settle_delay``: how long the commit after an answer waits for others (0: none)."""
         self.db_path = Path(db_path)
         self.layout = layout
         self._batches = BatchWriter(layout)
         self.on_writer_failure = on_writer_failure
+        self.settle_delay = settle_delay
         self._retention = Retention(self._batches, retention_days, self.call_in_writer)
         self.writer_failure: str | None = None  # why the writer task died, if it did
         self.records: Records | None = None  # read side, set while run() is active
@@ -101,7 +98,7 @@ class Recorder:
         self._enrich_queued = 0
         self._enrich_done = 0
         self._wake = asyncio.Event()
-        self._wake_timer: asyncio.TimerHandle | None = None
+        self._commit_timer = CommitTimer(self._commit_or_wake)
         self._writer_task: asyncio.Task[None] | None = None
         self._thread = WriterThread()
         self._ahead = ahead.AheadLog(ahead.path_for(self.db_path))
@@ -206,9 +203,7 @@ class Recorder:
                             with anyio.move_on_after(SHUTDOWN_DRAIN_S):
                                 await self.flush()
                             self._writer_task.cancel()
-                            if self._wake_timer is not None:
-                                self._wake_timer.cancel()
-                                self._wake_timer = None
+                            self._commit_timer.cancel()
                             await asyncio.gather(self._writer_task, pruner, return_exceptions=True)
                             self._writer_task = None
                             self.records = None
@@ -235,12 +230,17 @@ class Recorder:
         return await self.flush_rows()
 
     def settle(self) -> None:
-        """Commits what the write-ahead file holds, after the answer that waited for it left: on
-        the loop while the writer thread is idle, else by the thread. Never raises (its caller
-        is finishing a client's request)."""
+        """Commits what the write-ahead file holds, after the answer that waited for it left,
+        within ``settle_delay`` (answers in that time share the commit; at once from INLINE_MAX
+        queued items): on the loop while the writer thread is idle, else by the thread. Never
+        raises (its caller is finishing a client's request)."""
         try:
-            if self._done < self._ahead.upto:
+            if self._done >= self._ahead.upto:
+                return
+            if self.settle_delay <= 0 or len(self._queue) >= INLINE_MAX:
                 self._commit_or_wake()
+            else:
+                self._commit_timer.within(self.settle_delay)
         except Exception:
             log.exception("recorder: commit after an answer failed")
 
@@ -272,13 +272,8 @@ class Recorder:
             return
         if self._queue.items > INLINE_MAX:
             self._wake.set()
-        elif self._wake_timer is None:
-            self._wake_timer = asyncio.get_running_loop().call_later(WRITE_DELAY_S, self._timer_wake)
-
-    def _timer_wake(self) -> None:
-        """A call slower than WRITE_DELAY_S: its request is written now."""
-        self._wake_timer = None
-        self._commit_or_wake()
+        else:
+            self._commit_timer.within(WRITE_DELAY_S)
 
     def _commit_or_wake(self) -> None:
         """What is queued, committed on the loop while the writer thread is idle (a hop to it
@@ -313,11 +308,10 @@ class Recorder:
             self._writer_died(exc)
             return lost
         self._batch_written(batch, lost)
-        if not self._queue and self._wake_timer is not None:
+        if not self._queue:
             # What the timer was to batch is written: left alone, it would wake the thread for
             # the next call's request alone, a second commit and a hop for that call.
-            self._wake_timer.cancel()
-            self._wake_timer = None
+            self._commit_timer.cancel()
         return lost
 
     def _batch_written(self, batch: list[Item], lost: Sequence[int]) -> None:

@@ -4,8 +4,10 @@ file), and the commit ``settle()`` makes once the answer has left, on a real SQL
 with a realistic snapshot answer. In-process; the router's own Recorder, given what the proxy
 gives it (router/http/exchange.py, ``Extracted.for_record``): an answer that keeps all it has in
 its text (an inline snapshot), or links only its snapshot file (a navigation), comes with its
-snapshot and no output dir to read later. Timed: what the answer waits for, the commit after it,
-and apart from them the read of a linked snapshot before it."""
+snapshot and no output dir to read later. Timed: what the answer waits for, ``settle()`` after it,
+and apart from them the read of a linked snapshot before it; counted: the process's CPU and its
+commits per call, with the router's grouping of commits (``SETTLE_DELAY_S``) and with a commit
+after every answer (``settle_delay=0``, as before round 16)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from router.layout import StateLayout
+from router.record.commit_timer import SETTLE_DELAY_S
 from router.record.recorder import Recorder
 from router.record.snapshots import summarize
 
@@ -42,18 +45,20 @@ PAUSE_S = 0.002  # between calls, as a client's turn-around
 @dataclass
 class CommitResult:
     tool: str
+    settle_delay: float
     calls: int
     p50_us: float
     p95_us: float
-    commit_p50_us: float  # settle(): the commit, once the answer has left
+    commit_p50_us: float  # settle(): the commit, or its timer, once the answer has left
     cpu_us_per_call: float  # the whole process: loop and writer thread
+    commits_per_call: float
     read_p50_us: float  # Extracted.for_record: a linked snapshot read into the row, before the commit
 
 
-async def _one(tool: str, calls: int, warmup: int) -> CommitResult:
+async def _one(tool: str, calls: int, warmup: int, settle_delay: float) -> CommitResult:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        recorder = Recorder(root / "router.db", layout=StateLayout(root))
+        recorder = Recorder(root / "router.db", layout=StateLayout(root), settle_delay=settle_delay)
         async with recorder.run():
             out = root / "out"
             out.mkdir()
@@ -67,7 +72,7 @@ async def _one(tool: str, calls: int, warmup: int) -> CommitResult:
             ]
             results = [json.dumps(a) for a in answers]
             facts = [summarize(a) for a in answers]  # the exchange's, before the record's part
-            cpu0 = time.process_time()
+            cpu0, batches0 = time.process_time(), recorder.stats().batches
             for i in range(warmup + calls):
                 ref = f"ref-{i}"
                 recorder.request(ref, "bench", "tools/call", tool, {"name": tool, "arguments": {}}, size=60)
@@ -91,16 +96,17 @@ async def _one(tool: str, calls: int, warmup: int) -> CommitResult:
                 await asyncio.sleep(PAUSE_S)
             await recorder.flush()
             cpu = time.process_time() - cpu0
+            batches = recorder.stats().batches - batches0
     waits.sort()
     return CommitResult(
-        tool, calls, statistics.median(waits), waits[int(len(waits) * 0.95)], statistics.median(commits),
-        cpu * 1e6 / (warmup + calls),
+        tool, settle_delay, calls, statistics.median(waits), waits[int(len(waits) * 0.95)],
+        statistics.median(commits), cpu * 1e6 / (warmup + calls), batches / (warmup + calls),
         statistics.median(reads),
     )
 
 
 async def measure(calls: int = 500, warmup: int = 50) -> list[CommitResult]:
-    return [await _one(tool, calls, warmup) for tool in ANSWERS]
+    return [await _one(tool, calls, warmup, delay) for tool in ANSWERS for delay in (SETTLE_DELAY_S, 0.0)]
 
 
 def table(results: list[CommitResult]) -> list[str]:
@@ -108,12 +114,17 @@ def table(results: list[CommitResult]) -> list[str]:
         f"### The record's promise on a tool answer's path ({results[0].calls} calls per answer kind, "
         f"`Recorder.write_ahead()` after request + answer, then `settle()`, {PAUSE_S * 1000:.0f} ms between calls)",
         "",
-        "| answer | the answer waits (write-ahead) p50 µs | p95 µs | the commit after it, p50 µs "
-        "| reading its linked snapshot first, p50 µs | CPU µs per call (loop + writer thread) |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| answer | commits | the answer waits (write-ahead) p50 µs | p95 µs | `settle()` after it, p50 µs "
+        "| reading its linked snapshot first, p50 µs | CPU µs per call (loop + writer thread) | commits per call |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
         *(
-            f"| `{r.tool}` | {r.p50_us:.0f} | {r.p95_us:.0f} | {r.commit_p50_us:.0f} | {r.read_p50_us:.0f} "
-            f"| {r.cpu_us_per_call:.0f} |"
+            f"| `{r.tool}` | {_mode(r.settle_delay)} | {r.p50_us:.0f} | {r.p95_us:.0f} | {r.commit_p50_us:.0f} "
+            f"| {r.read_p50_us:.0f} | {r.cpu_us_per_call:.0f} | {r.commits_per_call:.2f} |"
             for r in results
         ),
     ]
+
+
+def _mode(settle_delay: float) -> str:
+    return f"grouped ({settle_delay * 1000:.0f} ms)" if settle_delay > 0 else "one per answer"
+

@@ -20,7 +20,7 @@ def flow(c: RawClient, pages: str) -> dict[str, Any]:
 
 
 def db(router: RouterThread) -> sqlite3.Connection:
-    wait_recorded(router.settings.state_dir)  # the commit follows each answer
+    wait_recorded(router.settings.state_dir)  # the commit follows each answer (within SETTLE_DELAY_S)
     conn = sqlite3.connect(router.settings.state_dir / "router.db")
     conn.row_factory = sqlite3.Row
     return conn
@@ -87,6 +87,7 @@ def test_a_snapshot_is_on_its_row_when_the_answer_arrives(pw_router: RouterThrea
         assert row is not None and "Click me" in row["page_snapshot"]
         assert scrape(pw_router).value("mcp_router_recorder_linked_reads") == reads  # nothing read later
         c.call("browser_take_screenshot")  # an image and a file to keep: those are for the writer thread
+        wait_recorded(pw_router.settings.state_dir)  # its commit (within SETTLE_DELAY_S) queues the read
         assert scrape(pw_router).value("mcp_router_recorder_linked_reads") == reads + 1
         c.delete()
 

@@ -12,15 +12,18 @@ import sqlite3
 import subprocess
 import sys
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
 from router.record import ahead
-from router.record.recorder import Recorder
+from router.record.recorder import INLINE_MAX, Recorder
 from router.record.rows import Item
 from tests.recorder.conftest import query
 from tests.support import run_cli
+from tests.support.wait import async_wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("ahead_child.py")
@@ -31,12 +34,19 @@ def _call(rec: Recorder, ref: str) -> None:
     rec.response(ref, status="success", result='{"content":[]}', duration_ms=1.0)
 
 
-async def test_an_answer_waits_for_the_file_and_the_commit_follows_it(tmp_path: Path) -> None:
-    db = tmp_path / "router.db"
-    rec = Recorder(db)
+@asynccontextmanager
+async def _opened(db: Path, settle_delay: float) -> AsyncIterator[Recorder]:
+    """A running recorder with its session's row committed."""
+    rec = Recorder(db, settle_delay=settle_delay)
     async with rec.run():
         rec.session_opened("s", client_info={}, protocol_version=None, port=1, pid=1)
         assert await rec.flush()
+        yield rec
+
+
+async def test_an_answer_waits_for_the_file_and_the_commit_follows_it(tmp_path: Path) -> None:
+    db = tmp_path / "router.db"
+    async with _opened(db, settle_delay=0) as rec:
         batches = rec.stats().batches
         _call(rec, "r1")
         assert await rec.write_ahead()
@@ -48,6 +58,34 @@ async def test_an_answer_waits_for_the_file_and_the_commit_follows_it(tmp_path: 
         assert query(db, "SELECT ref_id FROM responses") == [("r1",)]
         assert rec.stats().batches == batches + 1  # request and answer in one commit, on the loop
         assert ahead.path_for(db).stat().st_size == 0  # all it held is committed
+
+
+async def test_answers_close_together_share_one_commit(tmp_path: Path) -> None:
+    db = tmp_path / "router.db"
+    async with _opened(db, settle_delay=0.2) as rec:
+        batches = rec.stats().batches
+        for ref in ("r1", "r2"):
+            _call(rec, ref)
+            assert await rec.write_ahead()
+            rec.settle()
+        # Both answers left; neither waited for a commit, and none was made yet.
+        assert query(db, "SELECT ref_id FROM responses") == []
+        await async_wait_for(lambda: len(query(db, "SELECT ref_id FROM responses")) == 2)
+        assert rec.stats().batches == batches + 1
+        assert ahead.path_for(db).stat().st_size == 0
+
+
+async def test_a_full_group_is_committed_at_once(tmp_path: Path) -> None:
+    """Past INLINE_MAX queued items the commit after an answer does not wait for more."""
+    db = tmp_path / "router.db"
+    async with _opened(db, settle_delay=60) as rec:
+        refs = [f"r{n}" for n in range(INLINE_MAX // 2)]  # a request and an answer each
+        for ref in refs:
+            _call(rec, ref)
+            assert await rec.write_ahead()
+            rec.settle()
+        assert sorted(query(db, "SELECT ref_id FROM responses")) == [(ref,) for ref in sorted(refs)]
+        assert ahead.path_for(db).stat().st_size == 0
 
 
 def test_a_router_killed_before_the_commit_replays_the_file_once(tmp_path: Path) -> None:
