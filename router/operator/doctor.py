@@ -198,7 +198,7 @@ def check_database(state_dir: Path) -> Check:
                      "look at them (router/record/ahead.py reads them), then delete them", warning=True)
     if ahead.holds_rows(path):
         return Check(True, f"{opens}; {ahead.path_for(path).name} holds answered calls not yet in it",
-                     "a running router commits them at once, a stopped one when it next starts", warning=True)
+                     "a running router commits them within 0.1 s, a stopped one when it next starts", warning=True)
     return Check(True, opens)
 
 

@@ -3,10 +3,12 @@
 A tool answer leaves only once its call is in the record: a SIGKILL of the router must not lose a
 call the client saw. Committing the call to SQLite first costs ~20 system calls (WAL frames and
 their headers, file locks), 0.15-0.2 ms after the pause between a call's request and its answer;
-appending the queued rows to this file costs one. The rows are committed right after the answer
-has left (``Recorder.settle``), and once SQLite holds everything the file holds, the file is
-emptied. A router that died in between replays the file into SQLite when it next starts, skipping
-the rows SQLite already has (``RowWriter.recorded``).
+appending the queued rows to this file costs one. The rows are committed once the answer has
+left (``Recorder.settle``, within 0.1 s: answers close together share a commit), and once SQLite
+holds everything the file holds, the file is emptied. A batch the writer thread takes is appended
+first too, so an answer during it still waits for the file only. A router that died in between
+replays the file into SQLite when it next starts, skipping the rows SQLite already has
+(``RowWriter.recorded``).
 
 A frame is a header (the payload's length and CRC-32) and a payload: the marshalled rows of one
 append. A torn last frame (the process died inside the ``write()``, so its answer never left)

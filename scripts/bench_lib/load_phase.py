@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from typing import Final
 
+import httpx
 from bench_lib import measure as m
 from bench_lib import profile, report
 from bench_lib.client import McpSession
 from bench_lib.procs import rss_kib
-from bench_lib.targets import Env, start_router
+from bench_lib.targets import Env, Target, start_router
+
+ANSWERS_WAITED: Final = "mcp_router_recorder_answers_waited"
 
 
 async def run(a: argparse.Namespace, env: Env, page: str, floor: str) -> tuple[list[str], list[report.Goal]]:
@@ -62,7 +66,9 @@ async def run(a: argparse.Namespace, env: Env, page: str, floor: str) -> tuple[l
                 m.say(f"throughput: {len(sessions)} sessions × navigate+snapshot for {a.duration:.0f} s")
                 raw_tp = a.out.parent / "profile-throughput.txt"
                 spy = profile.start(router.child.pid, raw_tp) if a.profile else None
+                waited0 = await router_metric(router, ANSWERS_WAITED)
                 tp = await m.throughput(sessions, page, a.duration, router_pid=router.child.pid)
+                waited = await router_metric(router, ANSWERS_WAITED)
                 if spy is not None:
                     profile.stop(spy)
                     out += [f"### Router profile (py-spy, throughput run at {tp.sessions} sessions)", ""]
@@ -73,6 +79,12 @@ async def run(a: argparse.Namespace, env: Env, page: str, floor: str) -> tuple[l
                     "",
                 ]
                 out += [*report.throughput_table(tp), ""]
+                if waited0 is not None and waited is not None:
+                    out += [
+                        f"Tool answers that waited for a commit (the write-ahead file not taking their rows): "
+                        f"{waited - waited0:.0f} of {tp.calls}.",
+                        "",
+                    ]
                 goals.append(report.Goal(f"errors at {tp.sessions} concurrent sessions", tp.errors, 0, unit=""))
                 if tp.router_cpu_ms_per_call is not None:
                     goals.append(
@@ -97,6 +109,20 @@ async def run(a: argparse.Namespace, env: Env, page: str, floor: str) -> tuple[l
             "",
         ]
     return out, goals
+
+
+async def router_metric(router: Target, name: str) -> float | None:
+    """One unlabelled value of the router's /metrics; None when it has no such metric (an older
+    tree) or does not answer."""
+    try:
+        async with httpx.AsyncClient(trust_env=False, timeout=10) as client:
+            answer = await client.get(f"{router.endpoint.base}/metrics", headers=router.endpoint.headers())
+    except httpx.HTTPError:
+        return None
+    for line in answer.text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
 
 
 def floor_note(in_a_loop: float | None, in_situ: float | None, native: float | None = None) -> str:

@@ -75,6 +75,7 @@ def test_a_snapshot_is_on_its_row_when_the_answer_arrives(pw_router: RouterThrea
     with RawClient(pw_router.url) as c:
         c.initialize()
         reads = scrape(pw_router).value("mcp_router_recorder_linked_reads")
+        waited = scrape(pw_router).value("mcp_router_recorder_answers_waited")
         nav = c.call("browser_navigate", url=f"{pages}/")
         with db(pw_router) as conn:
             row = conn.execute("SELECT page_snapshot FROM responses WHERE ref_id = ?", (ref_of(nav),)).fetchone()
@@ -89,6 +90,8 @@ def test_a_snapshot_is_on_its_row_when_the_answer_arrives(pw_router: RouterThrea
         c.call("browser_take_screenshot")  # an image and a file to keep: those are for the writer thread
         wait_recorded(pw_router.settings.state_dir)  # its commit (within SETTLE_DELAY_S) queues the read
         assert scrape(pw_router).value("mcp_router_recorder_linked_reads") == reads + 1
+        # Each of these answers waited for the write-ahead file only, never for a commit.
+        assert scrape(pw_router).value("mcp_router_recorder_answers_waited") == waited
         c.delete()
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from router.record import ahead
+from router.record import recorder as recorder_module
 from router.record.recorder import INLINE_MAX, Recorder
 from router.record.rows import Item
 from tests.recorder.conftest import query
@@ -138,38 +139,61 @@ def test_a_torn_last_frame_ends_the_replay_and_keeps_what_came_before(
     assert "torn write" in caplog.text
 
 
-async def test_rows_a_thread_batch_holds_are_waited_for_not_written_ahead(tmp_path: Path) -> None:
-    """Items the writer task took to the thread are not in the file: an answer behind them waits
-    for their commit, as before the file."""
-    db = tmp_path / "router.db"
-    rec = Recorder(db)
-    async with rec.run():
-        rec.session_opened("s", client_info={}, protocol_version=None, port=1, pid=1)
-        assert await rec.flush()
-        gate, started = threading.Event(), threading.Event()
+@asynccontextmanager
+async def _thread_held(rec: Recorder, calls: int) -> AsyncIterator[threading.Event]:
+    """``calls`` calls queued past INLINE_MAX and taken by the writer task for its thread, which
+    is held (the returned gate lets it go) so that the batch stays out."""
+    gate, started = threading.Event(), threading.Event()
 
-        def held(conn: sqlite3.Connection) -> None:
-            started.set()
-            gate.wait(10)
+    def held(conn: sqlite3.Connection) -> None:
+        started.set()
+        gate.wait(10)
 
-        job = asyncio.create_task(rec.call_in_writer(held))
-        await asyncio.to_thread(started.wait, 5)
-        for i in range(5):  # past INLINE_MAX: the writer task takes them for the thread at once
-            _call(rec, f"a{i}")
-        for _ in range(100):
-            if not rec.stats().queue_len:
-                break
-            await asyncio.sleep(0)
-        assert rec.stats().queue_len == 0, "the writer did not take the batch"
-        _call(rec, "b")
-        answer = asyncio.create_task(rec.write_ahead())
-        for _ in range(20):
-            await asyncio.sleep(0)
-        assert not answer.done(), "the answer left before rows it follows were durable"
+    job = asyncio.create_task(rec.call_in_writer(held))
+    await asyncio.to_thread(started.wait, 5)
+    for i in range(calls):  # past INLINE_MAX: the writer task takes them for the thread at once
+        _call(rec, f"a{i}")
+    for _ in range(100):
+        if not rec.stats().queue_len:
+            break
+        await asyncio.sleep(0)
+    assert rec.stats().queue_len == 0, "the writer did not take the batch"
+    try:
+        yield gate
+    finally:
         gate.set()
         await job
-        assert await asyncio.wait_for(answer, 10)
+
+
+async def test_a_batch_the_thread_takes_is_written_ahead_first_so_an_answer_during_it_does_not_wait(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "router.db"
+    async with _opened(db, settle_delay=0.1) as rec:
+        async with _thread_held(rec, 5):
+            _call(rec, "b")
+            assert await asyncio.wait_for(rec.write_ahead(), 5)  # with the batch still on the thread
+            assert query(db, "SELECT count(*) FROM requests") == [(0,)]
+            assert rec.stats().answers_waited == 0
+        assert await rec.flush()
         assert query(db, "SELECT count(*) FROM requests") == [(6,)]
+
+
+async def test_rows_a_backlog_holds_past_the_files_share_are_waited_for(tmp_path: Path) -> None:
+    """Past AHEAD_MAX items the writer's batch is not written ahead: an answer behind it waits
+    for its commit, as before the file, and is counted."""
+    db = tmp_path / "router.db"
+    async with _opened(db, settle_delay=0.1) as rec:
+        async with _thread_held(rec, ahead.AHEAD_MAX // 2 + 1) as gate:
+            _call(rec, "b")
+            answer = asyncio.create_task(rec.write_ahead())
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert not answer.done(), "the answer left before rows it follows were durable"
+            assert rec.stats().answers_waited == 1
+            gate.set()
+            assert await asyncio.wait_for(answer, 10)
+        assert query(db, "SELECT count(*) FROM requests") == [(ahead.AHEAD_MAX // 2 + 2,)]
 
 
 async def test_a_commit_that_lost_rows_the_file_holds_keeps_the_file(
@@ -277,3 +301,24 @@ async def test_the_cli_says_when_answered_calls_wait_in_the_file(tmp_path: Path)
     assert shown.returncode == 0, shown.stderr
     assert "router.db.ahead holds answered calls not yet in router.db" in shown.stderr
     assert "c1" in shown.stdout or "browser_tabs" in shown.stdout
+
+
+async def test_a_batch_that_empties_the_queue_calls_off_the_answers_commit_timer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer's 0.1-s commit, made early by a thread batch, must not fire later and commit the
+    next call's lone request by itself (a second commit for that call)."""
+    monkeypatch.setattr(recorder_module, "WRITE_DELAY_S", 30.0)
+    db = tmp_path / "router.db"
+    async with _opened(db, settle_delay=0.1) as rec:
+        _call(rec, "r1")
+        assert await rec.write_ahead()
+        rec.settle()  # the 0.1-s timer
+        for i in range(INLINE_MAX // 2):  # past INLINE_MAX: the thread commits everything
+            _call(rec, f"a{i}")
+        await async_wait_for(lambda: rec.stats().queue_len == 0 and len(query(db, "SELECT 1 FROM responses")) == 5)
+        batches = rec.stats().batches
+        rec.request("lone", "s", "tools/call", "browser_click", {"name": "browser_click"}, size=10)
+        await asyncio.sleep(0.3)  # past the answer's 0.1 s; the request itself waits 30 s for its answer
+        assert rec.stats().batches == batches
+        assert query(db, "SELECT ref_id FROM requests WHERE ref_id = 'lone'") == []
