@@ -224,10 +224,10 @@ class Recorder:
 
     async def write_ahead(self) -> bool:
         """What a tool answer waits for: everything enqueued so far is durable, in the write-ahead
-        file or committed (``flush_rows`` when the file cannot take it: a batch not in the file is
-        on the writer thread, a backlog, a drop). ``settle()`` commits it once the answer left."""
-        if self._done < self._queue.enqueued:
-            if self.writer_alive and self._ahead.cover(self._queue, self._done):
+        file or committed (``flush_rows``, counted, when the file cannot take it: a backlog past
+        its share, a drop, the file given up). ``settle()`` commits it once the answer left."""
+        if self._done < self._queue.enqueued and self.writer_alive:
+            if self._ahead.cover(self._queue, self._done):
                 return True
             self._answers_waited += 1
         return await self.flush_rows()
