@@ -9,6 +9,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 
 import pytest
 
@@ -56,7 +57,7 @@ def test_pause_past_the_idle_timeout_then_click_the_old_ref(reaping: RouterThrea
         # the worker is gone, read around the router (which would flush first), and nothing
         # waits in the write-ahead file.
         db = reaping.settings.state_dir / "router.db"
-        with sqlite3.connect(db) as conn:
+        with closing(sqlite3.connect(db)) as conn:
             tools = conn.execute(
                 "SELECT q.tool, p.status FROM requests q JOIN responses p USING (ref_id)"
                 " WHERE q.session_id = ? AND q.method = 'tools/call' ORDER BY q.ts",
