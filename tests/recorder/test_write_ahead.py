@@ -20,6 +20,7 @@ import pytest
 
 from router.record import ahead
 from router.record import recorder as recorder_module
+from router.record.commit_timer import SETTLE_DELAY_S
 from router.record.recorder import INLINE_MAX, Recorder
 from router.record.rows import Item
 from tests.recorder.conftest import query
@@ -36,7 +37,7 @@ def _call(rec: Recorder, ref: str) -> None:
 
 
 @asynccontextmanager
-async def _opened(db: Path, settle_delay: float) -> AsyncIterator[Recorder]:
+async def _opened(db: Path, settle_delay: float = SETTLE_DELAY_S) -> AsyncIterator[Recorder]:
     """A running recorder with its session's row committed."""
     rec = Recorder(db, settle_delay=settle_delay)
     async with rec.run():
@@ -202,10 +203,7 @@ async def test_a_commit_that_lost_rows_the_file_holds_keeps_the_file(
     """Another connection holds the write lock past the busy timeout: the answer has left already
     (the file holds its call), the commit fails, and the file stays for the next start."""
     db = tmp_path / "router.db"
-    rec = Recorder(db)
-    async with rec.run():
-        rec.session_opened("s", client_info={}, protocol_version=None, port=1, pid=1)
-        assert await rec.flush()
+    async with _opened(db) as rec:
         await rec.call_in_writer(lambda c: c.execute("PRAGMA busy_timeout = 50"))
         other = sqlite3.connect(db, isolation_level=None)
         other.execute("BEGIN IMMEDIATE")
@@ -279,10 +277,7 @@ async def test_a_full_disk_gives_the_file_up_and_answers_wait_for_commits(
         raise OSError(28, "No space left on device")
 
     db = tmp_path / "router.db"
-    rec = Recorder(db)
-    async with rec.run():
-        rec.session_opened("s", client_info={}, protocol_version=None, port=1, pid=1)
-        assert await rec.flush()
+    async with _opened(db) as rec:
         monkeypatch.setattr(ahead.os, "write", full)
         for ref in ("r1", "r2"):
             _call(rec, ref)
