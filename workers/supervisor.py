@@ -76,6 +76,14 @@ class Worker:
     def stderr_tail(self) -> str:
         return self._child.stderr_tail()
 
+    async def exits_within(self, seconds: float) -> bool:
+        """True when the process has exited or does within ``seconds`` (its exit may not have
+        been handled yet). A killed process resets its sockets one by one while still holding
+        its listener, so a reset alone does not tell a dying worker from a live one."""
+        with anyio.move_on_after(seconds):
+            await self._child.wait()
+        return not self._child.alive()
+
     async def wait_exited(self) -> int:
         """The returncode, once the exit has been fully handled (listeners already called)."""
         await self._finished.wait()

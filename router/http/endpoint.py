@@ -45,7 +45,7 @@ from router.http.streaming import (
     whole_answer,
 )
 from router.http.timing import request_timing
-from router.http.upstream import ConnectFailed, ConnectionBroken, UpstreamError, UpstreamResponse
+from router.http.upstream import ConnectFailed, UpstreamError, UpstreamResponse
 from router.sessions.manager import SessionManager
 from router.sessions.roots import ROOTS_CHANGED
 from router.sessions.table import Session, State
@@ -58,7 +58,6 @@ from router.types import (
     SSE,
     SSE_HEADERS,
 )
-from workers.ports import accepts
 
 log = logging.getLogger("mcp_router.endpoint")
 
@@ -70,6 +69,9 @@ WORKER_ERROR_EXCERPT: Final = 500
 # a slower one is relayed as a stream after this long. Nothing can be lost by waiting: the body
 # is relayed the moment its first byte arrives, whole or not.
 WHOLE_ANSWER_WAIT: Final = 1.0
+# How long a worker whose socket broke under a request may take to exit if it is dying: a
+# SIGKILLed node is gone in milliseconds, on a loaded machine later.
+DEATH_WAIT: Final = 1.0
 # A worker's GET stream that ended while the worker lives on is reopened after this pause.
 STREAM_REOPEN_DELAY: Final = 1.0
 ROUTER_ANSWERED_NOTIFICATIONS: Final = frozenset({"notifications/initialized"})
@@ -225,7 +227,8 @@ class McpEndpoint:
             body = await upstream.aread()
             await upstream.aclose()
         except UpstreamError as exc:
-            if session.connection is not connection or message.kind is Kind.RESPONSE:
+            gone = session.connection is not connection or await _worker_died(connection, exc)
+            if gone or message.kind is Kind.RESPONSE:
                 await send_accepted(send, session)  # went dormant meanwhile: as if it had been
                 return
             raise _unreachable(session, exc) from None
@@ -284,15 +287,11 @@ class McpEndpoint:
 
         try:
             upstream = await connection.send("POST", headers(), message.raw, sent=sent)
-        except ConnectFailed:
-            # Refused: the worker died a moment ago and nothing was delivered, so the request can
-            # go to a resumed worker instead (the exit may not have been noticed yet).
-            connection = await self.manager.requests.replace_dead_worker(session, connection)
-            return await connection.send("POST", headers(), message.raw, sent=sent)
-        except ConnectionBroken:
-            # A kept-alive socket of a worker killed a moment ago: nobody listens any more, so
-            # nothing answered it either. A worker that still listens broke mid-request: 502.
-            if await accepts(connection.worker.port):
+        except UpstreamError as exc:
+            # A worker that died a moment ago answered nothing, so the request can go to a resumed
+            # worker instead (the exit may not have been noticed yet); one that lives on broke
+            # mid-request: 502.
+            if not await _worker_died(connection, exc):
                 raise
             connection = await self.manager.requests.replace_dead_worker(session, connection)
             return await connection.send("POST", headers(), message.raw, sent=sent)
@@ -374,6 +373,13 @@ def _connection(session: Session) -> WorkerConnection:
     if session.connection is None:
         raise WorkerUnreachable("Worker not available for this session")
     return session.connection
+
+
+async def _worker_died(connection: WorkerConnection, exc: UpstreamError) -> bool:
+    """Whether the worker of a failed exchange is dead or dying. Refused: its listener is closed.
+    A broken socket alone does not tell: a killed process resets its sockets one by one while it
+    still holds its listener, so only its exit does (DEATH_WAIT)."""
+    return isinstance(exc, ConnectFailed) or await connection.worker.exits_within(DEATH_WAIT)
 
 
 def _unreachable(session: Session, exc: Exception) -> WorkerUnreachable:

@@ -5,13 +5,21 @@ Run as `python fake_worker.py PORT`; it listens on 127.0.0.1:PORT/mcp like the r
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import socket
+import struct
 import sys
+import threading
+import time
+from pathlib import Path
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 
+FREEZE_AFTER = 0.1
+RESET_WAIT = 10.0
 server = MCPServer("fake-worker")
 _memory: dict[str, str] = {}
 
@@ -72,6 +80,62 @@ def big(size: int) -> str:
 
 @server.tool()
 def crash() -> str:
+    os._exit(3)
+
+
+@server.tool()
+async def reset_then_exit(exit_after: float, frozen: str) -> str:
+    """Dies as a SIGKILLed worker can: once this answer is out, nothing is read any more (the file
+    ``frozen`` says so), the next request on a kept-alive socket is reset while the listener still
+    accepts, and the process exits ``exit_after`` seconds later."""
+
+    def freeze() -> None:
+        threading.Thread(target=_reset_then_exit, args=(exit_after,), daemon=True).start()
+        Path(frozen).touch()
+        time.sleep(exit_after + 10)  # the event loop stops here; the kernel still accepts
+
+    # Timed on this loop, the freeze comes after the few turns that write this call's answer.
+    asyncio.get_running_loop().call_later(FREEZE_AFTER, freeze)
+    return "dying"
+
+
+def _connected_sockets() -> list[tuple[int, socket.socket]]:
+    """This process's TCP connections (not its listener), each as (fd, a duplicate to inspect)."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            sock = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue  # not a socket
+        if sock.family == socket.AF_INET and not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+            found.append((fd, sock))
+        else:
+            sock.close()
+    return found
+
+
+def _has_unread(sock: socket.socket) -> bool:
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except OSError:
+        return False
+
+
+def _reset_then_exit(exit_after: float) -> None:
+    deadline = time.monotonic() + RESET_WAIT
+    while time.monotonic() < deadline:
+        sockets = _connected_sockets()
+        waiting = any(_has_unread(sock) for _, sock in sockets)
+        for fd, sock in sockets:
+            if waiting:  # linger 0: closing the socket's last descriptor sends a reset
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                os.close(fd)
+            sock.close()
+        if waiting:
+            break
+        time.sleep(0.01)
+    time.sleep(exit_after)
     os._exit(3)
 
 
