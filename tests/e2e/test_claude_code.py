@@ -125,6 +125,21 @@ def test_worker_kill_9_then_call(steady: RouterThread, pages: str) -> None:
         carries_on(cc, before, steady)
 
 
+def test_worker_group_kill_9_then_call_at_once(steady: RouterThread, pages: str) -> None:
+    # The call races the death: it may find the port refused, or a kept-alive socket that the
+    # dying node resets while its listener still accepts (pinned with the stand-in worker in
+    # tests/continuity/test_supervision.py). Either way a resumed worker answers it.
+    state = steady.settings.state_dir
+    with ClaudeCodeClient(steady.url) as cc:
+        before = sign_in(cc, pages, "race")
+        wait_for(lambda: saved(state, cc.session_id, "race"), timeout=SAVE_WAIT)
+        pid = worker_pid(base_of(steady), cc.session_id)
+        assert pid is not None
+        os.killpg(pid, signal.SIGKILL)  # node leads its own process group
+        carries_on(cc, before, steady)
+        assert worker_pid(base_of(steady), cc.session_id) not in (None, pid)
+
+
 def test_hibernation_then_call(steady: RouterThread, pages: str) -> None:
     with ClaudeCodeClient(steady.url) as cc:
         before = sign_in(cc, pages, "hib")
