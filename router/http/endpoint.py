@@ -72,8 +72,6 @@ WHOLE_ANSWER_WAIT: Final = 1.0
 # How long a worker whose socket broke under a request may take to exit if it is dying: a
 # SIGKILLed node is gone in milliseconds, on a loaded machine later.
 DEATH_WAIT: Final = 1.0
-# A worker's GET stream that ended while the worker lives on is reopened after this pause.
-STREAM_REOPEN_DELAY: Final = 1.0
 ROUTER_ANSWERED_NOTIFICATIONS: Final = frozenset({"notifications/initialized"})
 
 
