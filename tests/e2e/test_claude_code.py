@@ -111,31 +111,24 @@ def test_harness_against_a_direct_worker(direct: DirectWorker, pages: str) -> No
 # -- after every other kind of change of worker ----------------------------------------------------
 
 
-def test_worker_kill_9_then_call(steady: RouterThread, pages: str) -> None:
+@pytest.mark.parametrize("racing", [False, True], ids=["noticed", "racing"])
+def test_worker_kill_9_then_call(steady: RouterThread, pages: str, racing: bool) -> None:
+    # Racing, the call is sent the moment the worker's group is killed: it may find the port
+    # refused, or a kept-alive socket that the dying node resets while its listener still accepts
+    # (pinned with the stand-in worker in tests/continuity/test_supervision.py).
     state = steady.settings.state_dir
     with ClaudeCodeClient(steady.url) as cc:
         before = sign_in(cc, pages, "kill")
         wait_for(lambda: saved(state, cc.session_id, "kill"), timeout=SAVE_WAIT)
         pid = worker_pid(base_of(steady), cc.session_id)
         assert pid is not None
-        os.kill(pid, signal.SIGKILL)
-        wait_for(lambda: dead(pid), timeout=WORKER_GONE)
-        # Once the router has noticed (as it would during any pause): the call does not race the crash.
-        wait_for(lambda: worker_pid(base_of(steady), cc.session_id) != pid, timeout=WORKER_GONE)
-        carries_on(cc, before, steady)
-
-
-def test_worker_group_kill_9_then_call_at_once(steady: RouterThread, pages: str) -> None:
-    # The call races the death: it may find the port refused, or a kept-alive socket that the
-    # dying node resets while its listener still accepts (pinned with the stand-in worker in
-    # tests/continuity/test_supervision.py). Either way a resumed worker answers it.
-    state = steady.settings.state_dir
-    with ClaudeCodeClient(steady.url) as cc:
-        before = sign_in(cc, pages, "race")
-        wait_for(lambda: saved(state, cc.session_id, "race"), timeout=SAVE_WAIT)
-        pid = worker_pid(base_of(steady), cc.session_id)
-        assert pid is not None
-        os.killpg(pid, signal.SIGKILL)  # node leads its own process group
+        if racing:
+            os.killpg(pid, signal.SIGKILL)  # node leads its own process group
+        else:
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: dead(pid), timeout=WORKER_GONE)
+            # Once the router has noticed (as it would during any pause): the call does not race the crash.
+            wait_for(lambda: worker_pid(base_of(steady), cc.session_id) != pid, timeout=WORKER_GONE)
         carries_on(cc, before, steady)
         assert worker_pid(base_of(steady), cc.session_id) not in (None, pid)
 
