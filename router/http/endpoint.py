@@ -225,8 +225,11 @@ class McpEndpoint:
             body = await upstream.aread()
             await upstream.aclose()
         except UpstreamError as exc:
-            gone = session.connection is not connection or await _worker_died(connection, exc)
-            if gone or message.kind is Kind.RESPONSE:
+            if (
+                message.kind is Kind.RESPONSE  # first: an answer is dropped without a wait
+                or session.connection is not connection
+                or await _worker_died(connection, exc)
+            ):
                 await send_accepted(send, session)  # went dormant meanwhile: as if it had been
                 return
             raise _unreachable(session, exc) from None
@@ -374,9 +377,8 @@ def _connection(session: Session) -> WorkerConnection:
 
 
 async def _worker_died(connection: WorkerConnection, exc: UpstreamError) -> bool:
-    """Whether the worker of a failed exchange is dead or dying. Refused: its listener is closed.
-    A broken socket alone does not tell: a killed process resets its sockets one by one while it
-    still holds its listener, so only its exit does (DEATH_WAIT)."""
+    """Whether the worker of a failed exchange is dead or dying: it refused, or it exits within
+    DEATH_WAIT (a broken socket alone does not tell: see Worker.exits_within)."""
     return isinstance(exc, ConnectFailed) or await connection.worker.exits_within(DEATH_WAIT)
 
 
