@@ -105,8 +105,13 @@ def _connected_sockets() -> list[tuple[int, socket.socket]]:
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
         try:
-            sock = socket.socket(fileno=os.dup(fd))
+            copy = os.dup(fd)
         except OSError:
+            continue  # the listing's own descriptor, closed by now
+        try:
+            sock = socket.socket(fileno=copy)
+        except OSError:
+            os.close(copy)
             continue  # not a socket
         if sock.family == socket.AF_INET and not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
             found.append((fd, sock))
