@@ -101,9 +101,11 @@ async def reset_then_exit(exit_after: float, frozen: str) -> str:
 
 def _connected_sockets() -> list[tuple[int, socket.socket]]:
     """This process's TCP connections (not its listener), each as (fd, a duplicate to inspect)."""
-    found = []
+    found: list[tuple[int, socket.socket]] = []
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
+        if fd in {sock.fileno() for _, sock in found}:
+            continue  # the listing's own descriptor, closed since and reused for a duplicate
         try:
             copy = os.dup(fd)
         except OSError:
