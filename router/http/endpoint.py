@@ -230,7 +230,7 @@ class McpEndpoint:
                 or session.connection is not connection
                 or await _worker_died(connection, exc)
             ):
-                await send_accepted(send, session)  # went dormant meanwhile: as if it had been
+                await send_accepted(send, session)  # dormant or dead meanwhile: as if it had been
                 return
             raise _unreachable(session, exc) from None
         status = upstream.status_code
@@ -289,9 +289,9 @@ class McpEndpoint:
         try:
             upstream = await connection.send("POST", headers(), message.raw, sent=sent)
         except UpstreamError as exc:
-            # A worker that died a moment ago answered nothing, so the request can go to a resumed
-            # worker instead (the exit may not have been noticed yet); one that lives on broke
-            # mid-request: 502.
+            # A worker that died a moment ago answered nothing (it may have started the call), so
+            # the request goes to a resumed worker instead, as the call's one retry (the exit may
+            # not have been noticed yet); one that lives on broke mid-request: 502.
             if not await _worker_died(connection, exc):
                 raise
             connection = await self.manager.requests.replace_dead_worker(session, connection)

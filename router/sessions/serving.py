@@ -5,6 +5,7 @@ save scheduled after a call that may have changed it."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,6 +23,8 @@ from router.sessions.pool import WarmPool
 from router.sessions.resume_notice import RESUME_REASONS
 from router.sessions.table import ENDED, Session, State
 from router.sessions.upkeep import Upkeep
+
+log = logging.getLogger("mcp_router.continuity")
 
 WARM_WAIT: Final = 10.0  # no longer than a cold spawn and browser launch under load take
 # A new worker's first request waits this long at most for the client's GET stream to be joined
@@ -109,8 +112,12 @@ class RequestServing:
         return False
 
     async def replace_dead_worker(self, session: Session, connection: WorkerConnection) -> WorkerConnection:
-        """The worker refused a connection: treat it as crashed (restart budget) and resume."""
+        """The worker died under a request (refused it, or broke and exited): treat it as crashed
+        (restart budget) and resume."""
         if session.connection is connection:
+            # Said here: ended below as a stopped worker, its exit does not log itself as a crash.
+            worker = connection.worker
+            log.warning("worker %s died under a request (%s), resuming", worker.session_id, worker.returncode)
             self.continuity.crashed(session)
             # Its exit fully handled before a respawn.
             await self.continuity.end_worker(session, connection.worker)

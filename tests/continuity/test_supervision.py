@@ -103,37 +103,43 @@ def test_spawn_failing_router_wide_fails_fast_naming_the_cause(state_dir: Path, 
         assert "node: not found" in r.json()["error"]["message"] + r.json()["error"]["data"]["stderr"]
 
 
+def _dying(client: RawClient, tmp_path: Path, *, exit_after: float) -> None:
+    """The stand-in worker stops reading once its answer is in and resets the next request."""
+    go, frozen = tmp_path / "go", tmp_path / "frozen"
+    assert client.text("reset_then_exit", exit_after=exit_after, go=str(go), frozen=str(frozen)) == "dying"
+    go.touch()
+    wait_for(frozen.exists, timeout=10)
+
+
 @pytest.mark.parametrize("reset", ["request", "notification"])
 def test_a_message_reset_by_a_dying_worker_that_still_listens_is_not_an_error(
-    state_dir: Path, tmp_path: Path, reset: str
+    state_dir: Path, tmp_path: Path, reset: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A SIGKILLed node closes its sockets one by one: a message on a kept-alive socket is reset
     # while the listener still accepts (seen under load through the real worker). Nothing
     # answered it: a request goes to a resumed worker, a notification is taken as by a dormant
     # session.
-    frozen = tmp_path / "frozen"
     with RouterThread(router_settings(state_dir, restart_backoff=[0.05])) as router, RawClient(router.url) as c:
         c.initialize()
         before = c.text("whoami")
-        assert c.text("reset_then_exit", exit_after=DYING_FOR, frozen=str(frozen)) == "dying"
-        wait_for(frozen.exists, timeout=10)
+        _dying(c, tmp_path, exit_after=DYING_FOR)
         if reset == "notification":
             cancelled = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
             assert c.post(cancelled).status_code == 202
         after = c.text("whoami")  # asserts a 200 and a result
         assert after.startswith("pid=") and after != before  # a resumed worker answered
         assert _state(router, c) is State.LIVE
+        # A crash, said as one: by the request that met it, or by the exit's own handling.
+        assert "died under a request" in caplog.text or "exited on its own" in caplog.text
         c.delete()
 
 
 def test_a_request_reset_by_a_worker_that_lives_on_gets_a_502(state_dir: Path, tmp_path: Path) -> None:
-    frozen = tmp_path / "frozen"
     with RouterThread(router_settings(state_dir)) as router, RawClient(router.url) as c:
         c.initialize()
         c.start_worker()
         worker = router.manager.sessions.get(c.session_id).connection.worker
-        assert c.text("reset_then_exit", exit_after=LIVES_ON_FOR, frozen=str(frozen)) == "dying"
-        wait_for(frozen.exists, timeout=10)
+        _dying(c, tmp_path, exit_after=LIVES_ON_FOR)
         body = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "whoami", "arguments": {}}}
         answer = c.post(body)
         assert answer.status_code == 502, answer.text

@@ -18,8 +18,8 @@ from pathlib import Path
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 
-FREEZE_AFTER = 0.1
-RESET_WAIT = 10.0
+POLL_S = 0.01  # reset_then_exit's checks: for the test's go-ahead, then for a request to reset
+RESET_WAIT = 10.0  # longer than any test waits for the request it sends
 server = MCPServer("fake-worker")
 _memory: dict[str, str] = {}
 
@@ -84,18 +84,22 @@ def crash() -> str:
 
 
 @server.tool()
-async def reset_then_exit(exit_after: float, frozen: str) -> str:
-    """Dies as a SIGKILLed worker can: once this answer is out, nothing is read any more (the file
-    ``frozen`` says so), the next request on a kept-alive socket is reset while the listener still
-    accepts, and the process exits ``exit_after`` seconds later."""
+async def reset_then_exit(exit_after: float, go: str, frozen: str) -> str:
+    """Dies as a SIGKILLed worker can: once the test has this answer (it creates the file ``go``),
+    nothing is read any more (the file ``frozen`` says so), the next request on a kept-alive
+    socket is reset while the listener still accepts, and the process exits ``exit_after``
+    seconds later."""
+    loop = asyncio.get_running_loop()
 
-    def freeze() -> None:
+    def freeze_once_told() -> None:
+        if not Path(go).exists():
+            loop.call_later(POLL_S, freeze_once_told)
+            return
         threading.Thread(target=_reset_then_exit, args=(exit_after,), daemon=True).start()
         Path(frozen).touch()
-        time.sleep(exit_after + 10)  # the event loop stops here; the kernel still accepts
+        time.sleep(exit_after + RESET_WAIT)  # the event loop stops here; the kernel still accepts
 
-    # Timed on this loop, the freeze comes after the few turns that write this call's answer.
-    asyncio.get_running_loop().call_later(FREEZE_AFTER, freeze)
+    loop.call_later(POLL_S, freeze_once_told)
     return "dying"
 
 
@@ -141,7 +145,9 @@ def _reset_then_exit(exit_after: float) -> None:
             sock.close()
         if waiting:
             break
-        time.sleep(0.01)
+        time.sleep(POLL_S)
+    else:  # in the worker's stderr tail, which the router's 502 carries
+        sys.stderr.write("reset_then_exit: no request came to reset\n")
     time.sleep(exit_after)
     os._exit(3)
 
