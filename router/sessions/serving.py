@@ -120,7 +120,7 @@ class RequestServing:
             log.warning("worker %s died under a request (%s), resuming", worker.session_id, worker.returncode)
             self.continuity.crashed(session)
             # Its exit fully handled before a respawn.
-            await self.continuity.end_worker(session, connection.worker)
+            await self.continuity.end_worker(session, worker)
         await self.ensure_worker(session)
         if session.connection is None:
             raise WorkerUnreachable("Worker not available for this session")
