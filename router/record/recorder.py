@@ -1,8 +1,9 @@
 """The record: one writer task puts every exchange into SQLite without slowing the proxy.
 
-The proxy calls the enqueue methods (``session_opened``, ``request``, ``response``...): synchronous,
-an append to a bounded in-memory deque, no await, no disk, no exception, so a full or locked disk
-never fails or delays a client's call (past the bounds an item is dropped, counted and logged).
+The proxy calls the enqueue methods (``session_opened``, ``request``, ``response``...; see
+``enqueue.py``): synchronous, an append to a bounded in-memory deque, no await, no disk, no
+exception, so a full or locked disk never fails or delays a client's call (past the bounds an item
+is dropped, counted and logged).
 One writer task drains the deque in batches, each one transaction (``batches.py``) on a plain
 ``sqlite3`` connection on a dedicated thread (one hop per batch; aiosqlite hops per statement).
 Reading an answer's linked files and keeping its screenshots happen there too, after the batch's
@@ -30,7 +31,7 @@ import functools
 import logging
 import sqlite3
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -41,10 +42,11 @@ from router.layout import StateLayout
 from router.record import ahead, schema
 from router.record.batches import BatchWriter, rollback
 from router.record.commit_timer import SETTLE_DELAY_S, WRITE_DELAY_S, CommitTimer
+from router.record.enqueue import RecordEnqueue
 from router.record.queue import ItemQueue
 from router.record.records import Records
 from router.record.retention import Retention
-from router.record.rows import Enrichment, Item, approx_size
+from router.record.rows import Enrichment, Item
 from router.record.snapshots import normalize_console
 from router.record.stats import RecordStats
 from router.record.waiters import Waiters
@@ -67,7 +69,7 @@ INLINE_MAX: Final = 8
 ENRICH_MAX: Final = 64
 
 
-class Recorder:
+class Recorder(RecordEnqueue):
     def __init__(
         self, db_path: Path, *, layout: StateLayout | None = None, retention_days: float = 30.0,
         queue_max: int = QUEUE_MAX, queue_max_bytes: int = QUEUE_MAX_BYTES,
@@ -103,60 +105,6 @@ class Recorder:
         self._ahead = ahead.AheadLog(ahead.path_for(self.db_path))
 
     # ---------------------------------------------------------------- enqueue (proxy hot path)
-
-    def session_opened(
-        self, session_id: str, *, client_info: Mapping[str, Any] | None, protocol_version: str | None,
-        port: int | None, pid: int | None, metadata: Mapping[str, Any] | None = None,
-        parent_id: str | None = None,
-    ) -> None:
-        """A session got a worker (first spawn, or a respawn: port/pid are updated, state -> active)."""
-        self._put(
-            "open", session_id, (client_info, protocol_version, port, pid, metadata, parent_id),
-            approx_size(client_info) + approx_size(metadata),
-        )
-
-    def session_state(self, session_id: str, state: str) -> None:
-        """See schema.SESSION_STATES."""
-        self._put("state", session_id, (state,), 0)
-
-    def session_activity(self, session_id: str) -> None:
-        self._put("activity", session_id, (), 0)
-
-    def session_resumed(self, session_id: str, reason: str) -> None:
-        """The session got a worker again; ``reason`` is one of schema.RESUME_REASONS ("idle",
-        "crash", "hibernation", "router-restart", "new-browser"). Kept as a session event."""
-        if reason not in schema.RESUME_REASONS:
-            log.warning("recorder: unknown resume reason %r for session=%s", reason, session_id)
-        self._put("resumed", session_id, (reason,), len(reason))
-
-    def request(
-        self, ref_id: str, session_id: str, method: str, tool: str | None, params: Any,
-        *, size: int | None = None,
-    ) -> None:
-        """Every client->worker request. Also moves the session's last_activity (at most once a
-        second, rows.ACTIVITY_EVERY_S). ``size``: the request's length on the wire when the
-        caller knows it (spares measuring ``params``)."""
-        held = approx_size(params) if size is None else size
-        self._put("request", ref_id, (session_id, method, tool, params), held + len(method) + len(tool or ""))
-
-    def response(
-        self, ref_id: str, *, status: str, result: Any, page_snapshot: str | None = None,
-        console_logs: Sequence[str] | None = None, error: str | None = None, duration_ms: float,
-        output_dir: Path | None = None, cwd: Path | None = None,
-    ) -> None:
-        """The answer to ``request(ref_id, ...)``. ``status`` is 'success' or 'error'.
-
-        ``result``: the worker's JSON-RPC result/error as bytes or str (stored verbatim) or as the
-        parsed object (JSON-encoded on the writer thread; do not mutate it afterwards).
-        With ``output_dir`` (the worker's output dir) and no explicit snapshot/console, the writer
-        thread extracts them from the answer, reading linked files inside that dir only.
-        """
-        size = approx_size(result) + approx_size(page_snapshot) + approx_size(console_logs)
-        self._put(
-            "response", ref_id,
-            (status, result, page_snapshot, console_logs, error, duration_ms, output_dir, cwd),
-            size + len(error or ""),
-        )
 
     def _put(self, kind: str, key: str, data: tuple[Any, ...], size: int) -> None:
         try:
