@@ -112,8 +112,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--paths",
         default=",".join(PATHS),
         help="latency paths besides the variants (direct is always measured; relay, relay-commit, "
-        "relay-node, relay-nginx: the floor's bare relays, each in front of its own worker; relay-nginx "
-        "is skipped without nginx)",
+        "relay-raw, relay-raw-commit, relay-node, relay-nginx: the floor's bare relays, each in front "
+        "of its own worker; relay-nginx is skipped without nginx)",
     )
     p.add_argument("--tools", default=",".join(m.TOOLS), help="tools timed in the latency rounds")
     p.add_argument("--click-every", type=int, default=4, help="time browser_click in every Nth round only")
@@ -282,7 +282,7 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
     floor_ms: float | None = None
     if "floor" in a.only:
         await m.quiet("floor")
-        m.say("floor: uvicorn alone, relaying, relaying with a commit")
+        m.say("floor: uvicorn alone, relaying, relaying with a commit; the same without ASGI")
         floors = floor.measure(env)
         floor_ms = floors[-1].cpu_ms_per_call
         out += [*floor.table(floors, router_cpu), ""]

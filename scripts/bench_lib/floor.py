@@ -1,7 +1,9 @@
 """The floor under the router's CPU per call, on this machine: what uvicorn costs answering by
 itself, relaying through the router's upstream client, and relaying with a parse and one SQLite
-commit per call (floor_apps.py). The router's own figure is read against these: the part above
-the last row is the router's sessions, security, record and continuity.
+commit per call (floor_apps.py); and the same two relays in Python without ASGI, on asyncio
+protocols (raw_relay.py), what the hop costs in Python at the least. The router's own figure is
+read against these: the part above the last row is the router's sessions, security, record and
+continuity, and the ASGI layers it is served through.
 
 Measured here in a loop against a fixed answer, caches stay warm. ``in_front_of`` puts the same
 relays in front of a real worker, for the latency rounds: there they run as the router does,
@@ -17,6 +19,7 @@ import shutil
 import sys
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -42,6 +45,9 @@ HEADERS: Final = {
 }
 NODE_RELAY: Final = "node"  # node_relay.js: the bare relay outside Python
 NODE_RELAY_JS: Final = Path(__file__).with_name("node_relay.js")
+RAW_RELAY: Final = "raw"  # raw_relay.py: Python without ASGI, asyncio protocols and httptools
+RAW_RECORDING_RELAY: Final = "raw_recording"  # … parsing both bodies, one commit per call
+RAW_RELAY_PY: Final = Path(__file__).with_name("raw_relay.py")
 NGINX_RELAY: Final = "nginx"  # nginx as a bare relay: native code, one process (no master)
 NGINX_CONF: Final = """daemon off; master_process off; worker_processes 1; pid {dir}/nginx.pid;
 error_log {dir}/error.log warn;
@@ -68,6 +74,8 @@ APPS: Final = (
     ("uvicorn answering by itself (a worker's fixed answer)", "answer"),
     ("uvicorn relaying through the router's upstream client", "relay"),
     ("… and parsing both bodies, one SQLite WAL commit per call", "recording_relay"),
+    ("Python relaying without ASGI (asyncio protocols, httptools: raw_relay.py)", RAW_RELAY),
+    ("… and parsing both bodies, one SQLite WAL commit per call", RAW_RECORDING_RELAY),
 )
 
 
@@ -83,13 +91,28 @@ def in_front_of(env: Env, worker: Target, app: str, name: str) -> Target:
     upstream = urllib.parse.urlsplit(worker.endpoint.url).port
     assert upstream is not None, worker.endpoint.url
     port = spare_port()
-    serve = {NODE_RELAY: _serve_node, NGINX_RELAY: _serve_nginx}.get(app, _serve)
-    child = serve(env, f"{name}-latency", app, port, upstream)  # its own log, not the floor phase's
+    child = _server_for(app)(env, f"{name}-latency", app, port, upstream)  # its own log, not the floor phase's
     return Target(Endpoint(name, f"http://127.0.0.1:{port}/mcp"), child, worker.state_dir)
+
+
+def _server_for(app: str) -> Callable[[Env, str, str, int, int | None], Spawned]:
+    outside_uvicorn = {NODE_RELAY: _serve_node, NGINX_RELAY: _serve_nginx}
+    outside_uvicorn |= {RAW_RELAY: _serve_raw, RAW_RECORDING_RELAY: _serve_raw}
+    return outside_uvicorn.get(app, _serve)
 
 
 def _serve_node(env: Env, name: str, app: str, port: int, upstream: int | None) -> Spawned:
     argv = [node_executable(), str(NODE_RELAY_JS), str(port)]  # the node the router runs workers on
+    environ = {floor_apps.UPSTREAM_PORT_ENV: str(upstream)}
+    child = env.registry.spawn(name, argv, env=environ, log=env.logs / f"floor-{name}.log")
+    wait_port(port, 20, child)
+    return child
+
+
+def _serve_raw(env: Env, name: str, app: str, port: int, upstream: int | None) -> Spawned:
+    argv = [sys.executable, str(RAW_RELAY_PY), str(port)]
+    if app == RAW_RECORDING_RELAY:
+        argv += ["--record", str(env.fresh_dir(f"floor-{name}") / "floor.db")]
     environ = {floor_apps.UPSTREAM_PORT_ENV: str(upstream)}
     child = env.registry.spawn(name, argv, env=environ, log=env.logs / f"floor-{name}.log")
     wait_port(port, 20, child)
@@ -152,7 +175,7 @@ def measure(env: Env) -> list[FloorRow]:
                 cpu, wall = _drive(upstream_port, upstream.pid)
             else:
                 port = spare_port()
-                relay = _serve(env, app, app, port, upstream_port)
+                relay = _server_for(app)(env, app, app, port, upstream_port)
                 try:
                     cpu, wall = _drive(port, relay.pid)
                 finally:

@@ -22,7 +22,8 @@ from workers.orphans import end_processes, processes_for
 ROOT: Final = Path(__file__).resolve().parents[2]
 DIRECT, REC, NOREC, SG = "direct", "router", "router-norec", "supergateway"
 RELAY, RELAY_COMMIT, RELAY_NODE, RELAY_NGINX = "relay", "relay-commit", "relay-node", "relay-nginx"
-PATHS: Final = (DIRECT, REC, NOREC, SG, RELAY, RELAY_COMMIT, RELAY_NODE, RELAY_NGINX)
+RELAY_RAW, RELAY_RAW_COMMIT = "relay-raw", "relay-raw-commit"
+PATHS: Final = (DIRECT, REC, NOREC, SG, RELAY, RELAY_COMMIT, RELAY_RAW, RELAY_RAW_COMMIT, RELAY_NODE, RELAY_NGINX)
 LABELS: Final = {
     DIRECT: "direct worker",
     REC: "router (recording on)",
@@ -30,6 +31,8 @@ LABELS: Final = {
     SG: "supergateway `--stateful`",
     RELAY: "Python relay, nothing else (the floor's)",
     RELAY_COMMIT: "Python relay + one commit per call (the floor's)",
+    RELAY_RAW: "Python relay without ASGI, nothing else (the floor's)",
+    RELAY_RAW_COMMIT: "Python relay without ASGI + one commit per call (the floor's)",
     RELAY_NODE: "Node relay, nothing else (the floor's)",
     RELAY_NGINX: "nginx relay, nothing else (the floor's)",
 }
@@ -37,6 +40,8 @@ LABELS: Final = {
 RELAY_APPS: Final = {
     RELAY: "relay",
     RELAY_COMMIT: "recording_relay",
+    RELAY_RAW: floor.RAW_RELAY,
+    RELAY_RAW_COMMIT: floor.RAW_RECORDING_RELAY,
     RELAY_NODE: floor.NODE_RELAY,
     RELAY_NGINX: floor.NGINX_RELAY,
 }
@@ -59,7 +64,7 @@ class LatencyOutcome:
     lines: list[str] = field(default_factory=list)
     goals: list[report.Goal] = field(default_factory=list)
     cpu_ms_per_call: dict[str, float] = field(default_factory=dict)  # by label
-    relay_cpu_ms: float | None = None  # the relay with a commit: the floor where the router runs
+    relay_cpu_ms: float | None = None  # the lowest Python relay with a commit: the floor where the router runs
     nginx_cpu_ms: float | None = None  # nginx relaying, nothing else: native code's floor there
 
 
@@ -127,7 +132,7 @@ async def _measure(
     ]
     got.lines += report.latency_table(lat, DIRECT, labels)
     got.cpu_ms_per_call = {labels[k]: v for k, v in lat.cpu_ms_per_call.items()}
-    got.relay_cpu_ms = lat.cpu_ms_per_call.get(RELAY_COMMIT)
+    got.relay_cpu_ms = lat.cpu_ms_per_call.get(RELAY_RAW_COMMIT, lat.cpu_ms_per_call.get(RELAY_COMMIT))
     got.nginx_cpu_ms = lat.cpu_ms_per_call.get(RELAY_NGINX)
     got.lines += [
         "",

@@ -126,7 +126,8 @@ async def router_metric(router: Target, name: str) -> float | None:
 
 
 def floor_note(in_a_loop: float | None, in_situ: float | None, native: float | None = None) -> str:
-    """The floor under the CPU goal: a Python relay with one commit per call, in a loop and where
+    """The floor under the CPU goal: a Python relay without ASGI (raw_relay.py, the cheapest the
+    floor has; else the uvicorn one) with one commit per call, in a loop and where
     the router runs (in front of a real worker); and nginx relaying, nothing else, where the
     router runs: what native code costs for the hop alone."""
     notes = []
@@ -134,7 +135,7 @@ def floor_note(in_a_loop: float | None, in_situ: float | None, native: float | N
         notes.append(f"in the latency rounds {in_situ:.2f} ms")
     if in_a_loop is not None:
         notes.append(f"in a loop {in_a_loop:.2f} ms")
-    note = "floor (a Python relay + one commit per call): " + ", ".join(notes) if notes else ""
+    note = "floor (a Python relay without ASGI + one commit per call): " + ", ".join(notes) if notes else ""
     if native is not None:
         note += ("; " if note else "") + f"nginx relaying, nothing else, in the latency rounds: {native:.2f} ms"
     return note

@@ -1,0 +1,196 @@
+"""The floor's bare relay in Python without ASGI: asyncio protocols on uvloop, httptools parsing
+both sides, what a socket costs in Python. Each client connection gets one kept-alive socket to
+127.0.0.1:FLOOR_UPSTREAM_PORT. A request goes up with the MCP headers and the worker's own Host;
+the answer comes back with the status and the MCP headers, its body relayed chunk by chunk as it
+arrives (re-chunked: an SSE stream stays a stream). With ``--record DB`` it also parses both
+bodies and commits one row per call to a SQLite WAL file before the answer's last chunk, the
+least a recording proxy must do. Nothing else: no sessions, no security, no record's schema.
+
+Usage: python raw_relay.py PORT [--record DB] (FLOOR_UPSTREAM_PORT in the environment)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import sys
+from typing import Final, cast
+
+import httptools
+import uvloop
+
+UPSTREAM_PORT_ENV: Final = "FLOOR_UPSTREAM_PORT"
+# What a worker needs of a client's request, and what a client needs of a worker's answer.
+FORWARDED: Final = frozenset({b"content-type", b"accept", b"mcp-session-id", b"mcp-protocol-version"})
+RETURNED: Final = frozenset({b"content-type", b"cache-control", b"mcp-session-id"})
+LAST_CHUNK: Final = b"0\r\n\r\n"
+
+
+class Recorder:
+    def __init__(self, path: str) -> None:
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("CREATE TABLE calls (id INTEGER PRIMARY KEY, method TEXT, request TEXT, answer TEXT)")
+
+    def call(self, request: bytes, answer: bytes) -> None:
+        method = json.loads(request).get("method")
+        data = answer.split(b"data: ", 1)[-1].split(b"\n\n", 1)[0]  # the first event's data
+        json.loads(data)
+        self.db.execute("BEGIN")
+        self.db.execute(
+            "INSERT INTO calls (method, request, answer) VALUES (?, ?, ?)", (method, request.decode(), data.decode())
+        )
+        self.db.execute("COMMIT")
+
+
+class Upstream(asyncio.Protocol):
+    """The worker's side of one client connection: parses each answer and relays it."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.parser = httptools.HttpResponseParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.head: list[bytes] = []
+        self.body: list[bytes] = []
+        self.answering = False
+        self.chunked = True
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass of it
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client.upstream_lost(mid_answer=self.answering)
+
+    def on_message_begin(self) -> None:
+        self.answering = True
+        self.head = []
+        self.body = []
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() in RETURNED:
+            self.head.append(b"%s: %s\r\n" % (name, value))
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        framing = b"transfer-encoding: chunked\r\n" if status != 202 else b"content-length: 0\r\n"
+        self.client.write(b"HTTP/1.1 %d \r\n%s%b\r\n" % (status, b"".join(self.head), framing))
+        self.chunked = status != 202
+
+    def on_body(self, body: bytes) -> None:
+        if self.client.recorder is not None:
+            self.body.append(body)  # held to the commit, as the recording relay holds it
+        else:
+            self.client.write(b"%x\r\n%b\r\n" % (len(body), body))
+
+    def on_message_complete(self) -> None:
+        self.answering = False
+        if not self.chunked:
+            return
+        if self.client.recorder is not None and self.body:
+            answer = b"".join(self.body)
+            if self.parser.get_status_code() == 200 and self.client.request_body:
+                self.client.recorder.call(self.client.request_body, answer)
+            self.client.write(b"%x\r\n%b\r\n%b" % (len(answer), answer, LAST_CHUNK))
+        else:
+            self.client.write(LAST_CHUNK)
+
+
+class Client(asyncio.Protocol):
+    """One client connection: parses each request and sends it up its own upstream socket."""
+
+    def __init__(self, upstream_port: int, recorder: Recorder | None) -> None:
+        self.upstream_port = upstream_port
+        self.recorder = recorder
+        self.host = b"host: localhost:%d\r\n" % upstream_port  # a worker accepts its own Host only
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.upstream: Upstream | None = None
+        self.connecting: list[bytes] | None = None  # requests waiting for the upstream socket
+        self.url = b""
+        self.head: list[bytes] = []
+        self.body: list[bytes] = []
+        self.request_body = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass of it
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.close()
+
+    def write(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+
+    def upstream_lost(self, *, mid_answer: bool) -> None:
+        # An idle kept-alive socket the worker closed is opened again by the next request.
+        self.upstream = None
+        if mid_answer and self.transport is not None:
+            self.transport.close()
+
+    def on_message_begin(self) -> None:
+        self.head = []
+        self.body = []
+
+    def on_url(self, url: bytes) -> None:
+        self.url = url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() in FORWARDED:
+            self.head.append(b"%s: %s\r\n" % (name, value))
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        body = b"".join(self.body)
+        self.request_body = body
+        method = self.parser.get_method()
+        request = b"%s %s HTTP/1.1\r\n%s%bcontent-length: %d\r\n\r\n%b" % (
+            method, self.url, self.host, b"".join(self.head), len(body), body
+        )
+        self._send(request)
+
+    def _send(self, request: bytes) -> None:
+        upstream = self.upstream
+        if upstream is not None and upstream.transport is not None and not upstream.transport.is_closing():
+            upstream.transport.write(request)
+            return
+        if self.connecting is not None:
+            self.connecting.append(request)
+            return
+        self.connecting = [request]
+        asyncio.get_running_loop().create_task(self._connect())
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        upstream = Upstream(self)
+        await loop.create_connection(lambda: upstream, "127.0.0.1", self.upstream_port)
+        self.upstream = upstream
+        waiting, self.connecting = self.connecting or [], None
+        assert upstream.transport is not None
+        for request in waiting:
+            upstream.transport.write(request)
+
+
+async def main(port: int, record: str | None) -> None:
+    upstream_port = int(os.environ[UPSTREAM_PORT_ENV])
+    recorder = Recorder(record) if record else None
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: Client(upstream_port, recorder), "127.0.0.1", port)
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    db = args[args.index("--record") + 1] if "--record" in args else None
+    uvloop.run(main(int(args[0]), db))
