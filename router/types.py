@@ -8,6 +8,8 @@ JsonRpcId = str | int | None
 JsonObject = dict[str, Any]
 
 MCP_ENDPOINT: Final = "/mcp"
+HEALTHZ_PATH: Final = "/healthz"
+METRICS_PATH: Final = "/metrics"
 
 # Header names, lower-case as ASGI delivers them.
 H_SESSION_ID: Final = "mcp-session-id"

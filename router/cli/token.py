@@ -57,9 +57,9 @@ def _token(args: argparse.Namespace) -> int:
     if not args.connect:
         print(token)
         return 0
-    shown = token if settings.auth == "token" else None
+    # --auth none: /mcp wants no token, the dashboard still does (router/http/auth.py).
     print("Register it with Claude Code:")
-    print(f"  {claude_line(settings, shown)}")
+    print(f"  {claude_line(settings, token if settings.auth == 'token' else None)}")
     print("Dashboard (signs this browser in once):")
-    print(f"  {dashboard_link(settings, shown)}")
+    print(f"  {dashboard_link(settings, token)}")
     return 0

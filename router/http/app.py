@@ -41,7 +41,7 @@ from router.sessions.handshake import HandshakeCache, worker_fingerprint
 from router.sessions.manager import SessionManager
 from router.sessions.resume_notice import on_tool_answer
 from router.settings import Settings
-from router.types import MCP_ENDPOINT
+from router.types import HEALTHZ_PATH, MCP_ENDPOINT, METRICS_PATH
 from workers.spec import (
     ALLOWED_HOSTS_ENV,
     WorkerSpec,
@@ -138,8 +138,11 @@ def create_app(settings: Settings) -> Starlette:
     if problem is not None:
         raise ValueError(problem)
     layout = StateLayout(private_state_dir(Path(settings.state_dir)))
-    token = load_or_create_token(layout.root) if settings.auth == "token" else None
-    auth = TokenAuth(token, port=settings.port) if token is not None else None
+    # --auth none opens /mcp to every local process; the dashboard and /api still ask for the
+    # token (router/http/auth.py says why).
+    open_paths = frozenset({MCP_ENDPOINT, METRICS_PATH, HEALTHZ_PATH}) if settings.auth == "none" else frozenset()
+    token = load_or_create_token(layout.root)
+    auth = TokenAuth(token, port=settings.port, open_paths=open_paths)
     supervisor = build_supervisor(settings)
     health = Health()
     recorder = None
@@ -249,12 +252,12 @@ def create_app(settings: Settings) -> Starlette:
         fast_path=(MCP_ENDPOINT, mcp_chain),
         routes=[
             Route(MCP_ENDPOINT, timed_endpoint, methods=None),
-            Route("/healthz", healthz, methods=["GET"]),
-            Route("/metrics", metrics.endpoint, methods=["GET"]),
+            Route(HEALTHZ_PATH, healthz, methods=["GET"]),
+            Route(METRICS_PATH, metrics.endpoint, methods=["GET"]),
             *Api(manager, lambda: recorder.records if recorder is not None else None, layout).routes(),
             *ClusterView(settings.cluster_nodes, token, settings.node_id).routes(),
             *Ui().routes(),
-            *(auth.routes() if auth is not None else []),
+            *auth.routes(),
         ],
         middleware=[
             Middleware(SecurityMiddleware, **security),

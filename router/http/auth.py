@@ -5,6 +5,10 @@ A client shows it as ``Authorization: Bearer <token>`` or, when it cannot set he
 ``POST /ui/login``; the cookie carries a value derived from the token, accepted on /ui and /api
 only, so a cookie that leaks (cookies are shared by every port of a host) cannot drive /mcp.
 
+``--auth none`` opens /mcp, /metrics and /healthz only. The dashboard and /api still ask: they
+hold every conversation's record, and a page in a conversation's own browser can lead the model
+there by a redirect, which the browsers' blocked origins do not stop.
+
 Whatever carried the credential is removed from the request before it goes on: the proxy, the
 record and the access log never see it.
 """
@@ -28,6 +32,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from router.http.errors import BadRequest, Unauthorized
+from router.types import HEALTHZ_PATH
 
 TOKEN_FILE: Final = "token"
 TOKEN_BYTES: Final = 32  # 256 bits; the floor is 128
@@ -38,7 +43,7 @@ COOKIE_PURPOSE: Final = b"mcp-router dashboard cookie"
 LOGIN_PATH: Final = "/ui/login"
 MAX_LOGIN_BODY: Final = 4096
 # Reachable without the token: liveness, and what a browser needs to show the login form.
-OPEN_PATHS: Final = frozenset({"/healthz", LOGIN_PATH, "/ui/login.js", "/ui/style.css"})
+OPEN_PATHS: Final = frozenset({HEALTHZ_PATH, LOGIN_PATH, "/ui/login.js", "/ui/style.css"})
 # The dashboard's document: a browser without the cookie is sent to the login form.
 UI_DOCUMENTS: Final = frozenset({"/ui", "/ui/", "/ui/index.html"})
 COOKIE_PREFIXES: Final = ("/ui", "/api/")
@@ -145,10 +150,13 @@ def _same(given: str, expected: str) -> bool:
 class TokenAuth:
     """What a request must show, and how the dashboard logs in."""
 
-    def __init__(self, token: str, *, port: int) -> None:
+    def __init__(self, token: str, *, port: int, open_paths: frozenset[str] = frozenset()) -> None:
         self._token = token
         self._cookie = cookie_value(token)
         self.cookie_name = cookie_name(port)
+        # Paths served without a credential, a request to them counting as authenticated
+        # (--auth none: /mcp, /metrics, and /healthz's details); everything else still asks.
+        self.open_paths = open_paths
 
     def bearer_ok(self, value: str) -> bool:
         return _same(value, self._token)
@@ -188,8 +196,9 @@ class AuthMiddleware:
             return
         shown = self._take_credentials(scope, self.auth)
         path: str = scope["path"]
-        scope.setdefault("state", {})[STATE_KEY] = shown is True
-        if shown is True or path in OPEN_PATHS:
+        opened = path in self.auth.open_paths
+        scope.setdefault("state", {})[STATE_KEY] = shown is True or opened
+        if shown is True or opened or path in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
         if path in UI_DOCUMENTS and scope["method"] in ("GET", "HEAD"):

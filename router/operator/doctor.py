@@ -141,7 +141,8 @@ def check_private_state(state_dir: Path) -> Check:
 def check_token(state_dir: Path, auth: str) -> Check:
     path = token_path(state_dir)
     if auth == "none":
-        return Check(True, "auth is off (--auth none): anyone on this machine can drive the browsers",
+        return Check(True, "auth is off on /mcp (--auth none): anyone on this machine can drive the browsers "
+                     "(the dashboard and /api still want the token)",
                      "leave --auth at token unless every local user and process is trusted", warning=True)
     try:
         token = read_token(state_dir)

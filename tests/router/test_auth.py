@@ -16,6 +16,7 @@ import pytest
 
 from router.http.app import create_app
 from router.http.auth import (
+    LOGIN_PATH,
     AuthMiddleware,
     TokenAuth,
     WeakToken,
@@ -235,12 +236,19 @@ def test_auth_none_refuses_any_other_bind(host: str) -> None:
         create_app(Settings(host=host, auth="none", state_dir=Path("/nonexistent/never-made"), record=False))
 
 
-def test_auth_none_on_loopback_needs_nothing(state_dir: Path) -> None:
+def test_auth_none_opens_mcp_but_not_the_dashboard(state_dir: Path) -> None:
     with RouterThread(router_settings(state_dir, auth="none")) as router, RawClient(router.url, token=None) as c:
+        base = f"http://127.0.0.1:{router.port}"
         c.initialize()
         assert c.text("echo", text="open") == "open"
-        assert httpx.get(f"http://127.0.0.1:{router.port}/api/sessions").status_code == 200
-        assert "sessions" in httpx.get(f"http://127.0.0.1:{router.port}/healthz").json()
+        assert httpx.get(f"{base}/metrics").status_code == 200
+        assert "sessions" in httpx.get(f"{base}/healthz").json()
+        # The records stay behind the token: a page can lead the model here by a redirect.
+        for path in ("/api/sessions", f"/api/sessions/{c.session_id}"):
+            refused = httpx.get(f"{base}{path}")
+            assert refused.status_code == 401 and refused.json()["error"]["message"] == "a token is required"
+        assert httpx.get(f"{base}/ui/", follow_redirects=False).headers["location"] == LOGIN_PATH
+        assert httpx.get(f"{base}/api/sessions", headers=auth_headers(TEST_TOKEN)).status_code == 200
         c.delete()
 
 

@@ -6,6 +6,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs
 
 PAGES: dict[str, str | bytes] = {
     "/": """<!doctype html><html><head><title>Home</title></head><body>
@@ -65,12 +66,20 @@ function go() { document.getElementById('out').textContent = 'continued with ' +
 </body></html>""",
 }
 PAGE_SERVER_STOP_TIMEOUT = 5.0
+REDIRECT_PATH = "/redirect"
 
 
 def _handler(pages: dict[str, str | bytes]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            body = pages.get(self.path.split("?")[0])
+            path, _, query = self.path.partition("?")
+            if path == REDIRECT_PATH:  # /redirect?to=URL: a page that sends the browser on (302)
+                self.send_response(302)
+                self.send_header("location", parse_qs(query).get("to", ["/"])[0])
+                self.send_header("content-length", "0")
+                self.end_headers()
+                return
+            body = pages.get(path)
             if body is None:
                 self.send_error(404)
                 return
