@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from router.http.errors import Forbidden, MisdirectedRequest
+from router.http.errors import BadRequest, Forbidden, MisdirectedRequest
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
 WILDCARD = "*"
@@ -66,11 +66,19 @@ class SecurityMiddleware:
             await self.app(scope, receive, send)
             return
         host = origin = None
+        hosts = origins = 0
         for key, value in scope["headers"]:
             if key == b"host":
                 host = value.decode("latin-1")
+                hosts += 1
             elif key == b"origin":
                 origin = value.decode("latin-1")
+                origins += 1
+        if hosts > 1 or origins > 1:
+            # Which one counts would differ between the checks here and whatever reads the request
+            # next; RFC 9112 answers two Hosts with 400, and a browser never sends two of either.
+            await BadRequest("more than one Host or Origin header").response()(scope, receive, send)
+            return
         if not self.policy.host_allowed(host):
             await MisdirectedRequest(f"Host not allowed: {host!r}").response()(scope, receive, send)
             return

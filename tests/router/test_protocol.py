@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import socket
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support import ACCEPT_BOTH, RawClient, RouterThread, initialize_body
+from tests.support import ACCEPT_BOTH, TEST_TOKEN, RawClient, RouterThread, initialize_body, read_until_closed
 
 
 def error_of(response: httpx.Response) -> dict[str, Any]:
@@ -165,6 +166,33 @@ def test_loopback_origin_is_allowed(fake_router: RouterThread, origin: str) -> N
 def test_hostile_host_is_421(client: RawClient, host: str) -> None:
     r = client.post(initialize_body(), host=host)
     assert r.status_code == 421 and error_of(r)["code"] == -32600
+
+
+@pytest.mark.parametrize(
+    "twice",
+    [
+        ("host: 127.0.0.1", "host: evil.example"),
+        ("host: evil.example", "host: 127.0.0.1"),
+        ("origin: http://127.0.0.1", "origin: https://evil.example"),
+    ],
+)
+def test_two_hosts_or_origins_are_400(fake_router: RouterThread, twice: tuple[str, str]) -> None:
+    body = json.dumps(initialize_body()).encode()
+    head = [
+        "POST /mcp HTTP/1.1",
+        *(twice if twice[0].startswith("host") else ("host: 127.0.0.1", *twice)),
+        f"authorization: Bearer {TEST_TOKEN}",
+        "content-type: application/json",
+        f"accept: {ACCEPT_BOTH}",
+        f"content-length: {len(body)}",
+        "connection: close",
+    ]
+    with socket.create_connection(("127.0.0.1", fake_router.port), timeout=10) as s:
+        s.sendall("\r\n".join(head).encode() + b"\r\n\r\n" + body)
+        answer = read_until_closed(s)
+    status, _, rest = answer.partition(b"\r\n")
+    assert status.split()[1] == b"400", answer[:300]
+    assert json.loads(rest.partition(b"\r\n\r\n")[2])["error"]["code"] == -32600
 
 
 def test_healthz_answers(fake_router: RouterThread) -> None:
