@@ -164,21 +164,21 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             raise _HeadTooLarge
 
     def send_400_response(self, msg: str) -> None:
-        # uvicorn's answer to any parser error; a refused head gets its own status instead.
-        if self._refusal is None:
-            super().send_400_response(msg)
-            return
+        # uvicorn's answer to any parser error (its own is plain text); a refused head gets its
+        # own status instead.
         self._cancel_head_timer()
+        if self._refusal is None:
+            self._send_and_close(http.HTTPStatus.BAD_REQUEST, msg)
+            return
         self._send_and_close(self._refusal)
 
-    def _send_and_close(
-        self, status: http.HTTPStatus, body: bytes | None = None, content_type: bytes = b"text/plain; charset=utf-8"
-    ) -> None:
-        body = f"{status.phrase}\n".encode() if body is None else body
+    def _send_and_close(self, status: http.HTTPStatus, message: str | None = None) -> None:
+        """The refusal as every bad request gets one: a JSON-RPC error body."""
+        body = error_body(INVALID_REQUEST, message or status.phrase)
         head = [f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode()]
         head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
         head += [
-            b"content-type: " + content_type + b"\r\n",
+            b"content-type: application/json\r\n",
             b"content-length: " + str(len(body)).encode() + b"\r\n",
             b"connection: close\r\n\r\n",
         ]
@@ -216,8 +216,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self.cycle is not None and self.cycle.response_started:
             self.transport.close()  # an app that answered before reading it all: nothing to add
             return
-        message = f"Request Timeout: the body did not arrive within {self.body_timeout:g} s"
-        self._send_and_close(self._refusal, error_body(INVALID_REQUEST, message), b"application/json")
+        self._send_and_close(self._refusal, f"Request Timeout: the body did not arrive within {self.body_timeout:g} s")
 
 
 def _cancel(timer: asyncio.TimerHandle | None) -> None:

@@ -166,7 +166,31 @@ def test_too_many_header_fields_get_431(port: int) -> None:
     fields = b"".join(b"X-F%d: v\r\n" % i for i in range(FIELDS_LIMIT + 5))
     with _connect(port) as s:
         _send_quietly(s, b"GET / HTTP/1.1\r\nHost: x\r\n" + fields + b"\r\n")
-        assert read_until_closed(s).startswith(b"HTTP/1.1 431")
+        answer = read_until_closed(s)
+    assert answer.startswith(b"HTTP/1.1 431")
+    assert _json_rpc_error(answer)["code"] == -32600
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: x\r\nMcp-Session-Id: a\x01b\r\n\r\n",
+        b"GET /\x00 HTTP/1.1\r\nHost: x\r\n\r\n",
+    ],
+)
+def test_an_unparsable_request_gets_400_with_a_json_rpc_error(port: int, head: bytes) -> None:
+    with _connect(port) as s:
+        _send_quietly(s, head)
+        answer = read_until_closed(s)
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert b"content-type: application/json" in answer.lower()
+    assert _json_rpc_error(answer)["code"] == -32600
+
+
+def _json_rpc_error(answer: bytes) -> dict[str, Any]:
+    error: dict[str, Any] = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+    return error
 
 
 def test_a_trickled_header_is_cut_off(port: int) -> None:
