@@ -17,6 +17,7 @@ __all__ = [
     "ALLOWED_ORIGINS_ENV",
     "BLOCKED_ORIGINS_ENV",
     "CAPS_FLAG",
+    "NODE_HEADER_SIZE_FLAG",
     "ROUTER_CAPS",
     "TEMPLATE_TOKENS",
     "WorkerSpec",
@@ -39,6 +40,7 @@ ALLOWED_HOSTS_ENV: Final = "PLAYWRIGHT_MCP_ALLOWED_HOSTS"  # comma-separated
 ALLOWED_ORIGINS_ENV: Final = "PLAYWRIGHT_MCP_ALLOWED_ORIGINS"  # semicolon-separated
 BLOCKED_ORIGINS_ENV: Final = "PLAYWRIGHT_MCP_BLOCKED_ORIGINS"  # semicolon-separated, checked first
 ORIGIN_SEPARATOR: Final = ";"
+NODE_HEADER_SIZE_FLAG: Final = "--max-http-header-size"  # node's own limit is 16 KiB
 HOST_NAME_BYTES: Final = 16
 
 TEMPLATE_TOKENS = ("port", "output_dir", "profile_dir", "browser", "cli")
@@ -80,6 +82,7 @@ def playwright_argv(
     extra_args: Sequence[str] = (),
     sandbox: bool = False,
     node: str | None = None,
+    max_header_bytes: int | None = None,
 ) -> tuple[str, ...]:
     """The default template for @playwright/mcp 0.0.83.
 
@@ -89,10 +92,16 @@ def playwright_argv(
     ``--user-data-dir`` (and no ``--isolated``) lets a second, router-owned MCP session share the
     client's browser context (warm-up, state saving). ``extra_args`` come last, so
     ``--no-sandbox`` there wins. ``node``: the pinned Node 22 when installed (workers/node.py).
+    ``max_header_bytes``: the largest request head the worker must take, when that is more than
+    node's own limit (a proxy in front that accepts more: a head node refuses gets ``431`` and a
+    hang-up, and a GET stream refused so is retried for ever).
     """
     user_caps, rest = split_caps(extra_args)
     caps = [*ROUTER_CAPS, *(c for c in user_caps if c not in ROUTER_CAPS)]
-    argv: list[str] = [node or node_executable(), "{cli}", "--port", "{port}", "--host", "127.0.0.1"]
+    argv: list[str] = [node or node_executable()]
+    if max_header_bytes is not None:
+        argv.append(f"{NODE_HEADER_SIZE_FLAG}={max_header_bytes}")
+    argv += ["{cli}", "--port", "{port}", "--host", "127.0.0.1"]
     if headless:
         argv.append("--headless")
     argv += [

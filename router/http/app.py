@@ -30,6 +30,7 @@ from router.http.dispatch import RouterApp
 from router.http.endpoint import McpEndpoint
 from router.http.errors import ServiceUnavailable
 from router.http.exchange import ExchangeHooks
+from router.http.limits import MAX_HEAD_BYTES
 from router.http.security import OriginPolicy, SecurityMiddleware
 from router.http.tool_policy import ToolPolicy
 from router.layout import StateLayout
@@ -56,6 +57,9 @@ from workers.supervisor import Supervisor
 # ("localhost." is localhost to Chromium; 0.0.0.0 reaches loopback on Linux).
 ROUTER_LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "[::1]", "localhost.", "0.0.0.0")
 WILDCARD_BINDS: Final = frozenset({"0.0.0.0", "::", ""})
+# A head the router took must reach its worker whole: the router's Host and session id for the
+# worker are longer than the client's, and node counts fields without their ": " and CRLF.
+WORKER_HEAD_HEADROOM: Final = 1024
 
 
 def router_origins(host: str, port: int) -> list[str]:
@@ -75,6 +79,7 @@ def build_supervisor(settings: Settings) -> Supervisor:
         viewport=settings.viewport,
         extra_args=settings.worker_args,
         sandbox=sandbox_possible(),
+        max_header_bytes=MAX_HEAD_BYTES + WORKER_HEAD_HEADROOM,
     )
     if settings.worker_command and settings.worker_args:
         argv = [*argv, *settings.worker_args]

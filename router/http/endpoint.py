@@ -8,7 +8,6 @@ as soon as that worker is attached, across reaps, crashes, hibernation and route
 from __future__ import annotations
 
 import json
-import logging
 from typing import Final
 from urllib.parse import parse_qs
 
@@ -28,8 +27,9 @@ from router.http.errors import (
     WorkerUnreachable,
     error_body,
 )
-from router.http.exchange import Exchange, ExchangeHooks
+from router.http.exchange import Exchange, ExchangeHooks, RequestCancelled
 from router.http.messages import ClientMessage, Kind, initialize_problem, parse
+from router.http.one_way import SESSION_LOST, forward_one_way
 from router.http.proxy import WorkerConnection, downstream_headers, upstream_headers
 from router.http.session_stream import SessionStream
 from router.http.sse import encode_event
@@ -39,15 +39,14 @@ from router.http.streaming import (
     forward_events,
     leaving,
     run_stream,
-    send_accepted,
     send_json,
     send_start,
     whole_answer,
 )
 from router.http.timing import request_timing
-from router.http.upstream import ConnectFailed, UpstreamError, UpstreamResponse
+from router.http.upstream import UpstreamError, UpstreamResponse
+from router.http.worker_faults import unreachable, worker_died
 from router.sessions.manager import SessionManager
-from router.sessions.roots import ROOTS_CHANGED
 from router.sessions.table import Session, State
 from router.types import (
     H_CONTENT_LENGTH,
@@ -59,8 +58,6 @@ from router.types import (
     SSE_HEADERS,
 )
 
-log = logging.getLogger("mcp_router.endpoint")
-
 ALLOWED_METHODS: Final = "GET, POST, DELETE"
 RESPONSE_MODES: Final = frozenset({"full", "compact"})
 WORKER_ERROR_EXCERPT: Final = 500
@@ -69,10 +66,6 @@ WORKER_ERROR_EXCERPT: Final = 500
 # a slower one is relayed as a stream after this long. Nothing can be lost by waiting: the body
 # is relayed the moment its first byte arrives, whole or not.
 WHOLE_ANSWER_WAIT: Final = 1.0
-# How long a worker whose socket broke under a request may take to exit if it is dying: a
-# SIGKILLed node is gone in milliseconds, on a loaded machine later.
-DEATH_WAIT: Final = 1.0
-ROUTER_ANSWERED_NOTIFICATIONS: Final = frozenset({"notifications/initialized"})
 
 
 class McpEndpoint:
@@ -123,13 +116,14 @@ class McpEndpoint:
                 return
             session = await self._session_for(headers, message, session_id)
             if message.kind is not Kind.REQUEST:
-                await self._forward_one_way(session, scope, message, send)
+                await forward_one_way(session, scope, message, send)
                 return
-            exchange = Exchange(self.hooks, session, message, request_timing(scope))
-            try:
-                await self._answer(session, scope, receive, send, exchange)
-            finally:
-                exchange.finish()
+            with session.requests.in_flight(message.id):  # 400 for an id in flight already
+                exchange = Exchange(self.hooks, session, message, request_timing(scope))
+                try:
+                    await self._answer(session, scope, receive, send, exchange)
+                finally:
+                    exchange.finish()
         except RouterError as exc:
             exc.request_id = message.id
             raise
@@ -198,49 +192,6 @@ class McpEndpoint:
             if not chunk.get("more_body", False):
                 return bytes(body)
 
-    async def _forward_one_way(self, session: Session, scope: Scope, message: ClientMessage, send: Send) -> None:
-        """Notifications and the client's answers to the worker's requests: 202, no body.
-
-        An answer goes to the worker that asked; one for a worker that is gone is dropped."""
-        if message.kind is Kind.RESPONSE and session.roots.take_answer(message.id, message.body):
-            await send_accepted(send, session)  # the router asked it (router/sessions/roots.py)
-            return
-        if message.method == ROOTS_CHANGED:  # still goes to the worker below
-            session.roots.changed()
-            session.ask_roots()
-        connection = session.connection
-        asker = session.asked.pop(message.id, None) if message.kind is Kind.RESPONSE else None
-        if (
-            connection is None  # a dormant session: nothing there to notify or answer, no reason to wake it
-            or (asker is not None and asker is not connection)
-            or message.method in ROUTER_ANSWERED_NOTIFICATIONS  # the replayed handshake sent its own
-        ):
-            await send_accepted(send, session)
-            return
-        headers = upstream_headers(
-            scope["headers"], host=connection.host_header, worker_session_id=session.worker_session_id
-        )
-        try:
-            upstream = await connection.send("POST", headers, message.raw)
-            body = await upstream.aread()
-            await upstream.aclose()
-        except UpstreamError as exc:
-            if (
-                message.kind is Kind.RESPONSE  # first: an answer is dropped without a wait
-                or session.connection is not connection
-                or await _worker_died(connection, exc)
-            ):
-                await send_accepted(send, session)  # dormant or dead meanwhile: as if it had been
-                return
-            raise _unreachable(session, exc) from None
-        status = upstream.status_code
-        if message.kind is Kind.RESPONSE and status >= 400:
-            log.debug("worker refused an answer session=%s status=%d", session.id, status)
-            await send_accepted(send, session)
-            return
-        await send_start(send, status, _plain_headers(upstream, session))
-        await send({"type": "http.response.body", "body": b"" if status == 202 else body})
-
     async def _forward_request(
         self, session: Session, scope: Scope, receive: Receive, send: Send, exchange: Exchange
     ) -> None:
@@ -251,59 +202,69 @@ class McpEndpoint:
             return
         try:
             upstream = await self._send_request(session, connection, scope, exchange)
+        except RequestCancelled:
+            await send_json(send, await exchange.cancelled(), session, status=200)
+            return
         except UpstreamError as exc:
             await exchange.failed(str(exc))
-            raise _unreachable(session, exc) from None
+            raise unreachable(session, exc) from None
         try:
-            content_type = upstream.content_type
-            if upstream.status_code >= 500 or upstream.status_code == 404:
+            status = upstream.status_code
+            if status >= 500 or status == SESSION_LOST:
                 # The worker broke or lost its session: a routing failure, never the client's 404.
-                detail = (await upstream.aread())[:WORKER_ERROR_EXCERPT].decode("utf-8", "replace")
-                await exchange.failed(f"worker answered HTTP {upstream.status_code}")
+                detail = _excerpt(await upstream.aread())
+                await exchange.failed(f"worker answered HTTP {status}")
                 raise WorkerUnreachable(
-                    f"Worker failed: HTTP {upstream.status_code}",
-                    data={"session": session.id, "worker_status": upstream.status_code, "body": detail},
+                    f"Worker failed: HTTP {status}",
+                    data={"session": session.id, "worker_status": status, "body": detail},
                 )
-            if upstream.status_code == 200 and content_type.startswith(SSE):
+            if status == 200 and upstream.content_type.startswith(SSE):
                 await self._stream_answer(session, receive, send, upstream, exchange)
             else:
                 body = await upstream.aread()
-                answer = await exchange.answer_json(body) if upstream.status_code == 200 else body
-                await send_start(send, upstream.status_code, _plain_headers(upstream, session))
+                answer = await exchange.answer_json(body) if status == 200 else body
+                if not exchange.done:  # the worker's refusal (a 4xx), passed on as it is
+                    await exchange.failed(f"worker answered HTTP {status}: {_excerpt(body)}")
+                await send_start(send, status, _plain_headers(upstream, session))
                 await send({"type": "http.response.body", "body": answer})
         except UpstreamError as exc:
-            raise _unreachable(session, exc) from None
+            await exchange.failed(str(exc))  # its head came, its body broke off (or never came)
+            raise unreachable(session, exc) from None
         finally:
             await upstream.aclose()
 
     async def _send_request(
         self, session: Session, connection: WorkerConnection, scope: Scope, exchange: Exchange
     ) -> UpstreamResponse:
-        message, sent = exchange.message, exchange.record_request
+        message = exchange.message
 
-        def headers() -> list[tuple[bytes, bytes]]:
-            return upstream_headers(
-                scope["headers"], host=connection.host_header, worker_session_id=session.worker_session_id
+        async def send_to(worker: WorkerConnection) -> UpstreamResponse:
+            # Checked at each send: the request may have waited (a resume, the relay, a retry's
+            # resume) while the client cancelled it; what is not sent is not run.
+            if session.requests.cancelled(message.id):
+                raise RequestCancelled
+            headers = upstream_headers(
+                scope["headers"], host=worker.host_header, worker_session_id=session.worker_session_id
             )
+            return await worker.send("POST", headers, message.raw, sent=exchange.record_request)
 
         try:
-            upstream = await connection.send("POST", headers(), message.raw, sent=sent)
+            upstream = await send_to(connection)
         except UpstreamError as exc:
             # A worker that died a moment ago answered nothing (it may have started the call), so
             # the request goes to a resumed worker instead, as the call's one retry (the exit may
             # not have been noticed yet); one that lives on broke mid-request: 502.
-            if not await _worker_died(connection, exc):
+            if not await worker_died(connection, exc):
                 raise
-            connection = await self.manager.requests.replace_dead_worker(session, connection)
-            return await connection.send("POST", headers(), message.raw, sent=sent)
-        if upstream.status_code != 404:
+            return await send_to(await self.manager.requests.replace_dead_worker(session, connection))
+        if upstream.status_code != SESSION_LOST:
             return upstream
         # The worker ended our MCP session (a ping that went unanswered while the client's stream
         # was away) but lives on, browser and all: nothing was done, so a new session may redo it.
         await upstream.aclose()
         if not await self.manager.requests.reopen_worker_session(session, connection):
             raise WorkerUnreachable("Worker lost the session and refused a new one", data={"session": session.id})
-        return await connection.send("POST", headers(), message.raw, sent=sent)
+        return await send_to(connection)
 
     async def _stream_answer(
         self, session: Session, receive: Receive, send: Send, upstream: UpstreamResponse, exchange: Exchange
@@ -327,7 +288,7 @@ class McpEndpoint:
             await run_stream(receive, writer, relay(), keepalive=self.keepalive_interval)
         except UpstreamError as exc:
             # The worker died mid-call: the client still gets an answer for its request, not a hang.
-            error = _unreachable(session, exc)
+            error = unreachable(session, exc)
             await exchange.failed(error.message)
             payload = error_body(error.code, error.message, error.data, exchange.message.id)
             await send({"type": "http.response.body", "body": encode_event(payload), "more_body": True})
@@ -376,17 +337,8 @@ def _connection(session: Session) -> WorkerConnection:
     return session.connection
 
 
-async def _worker_died(connection: WorkerConnection, exc: UpstreamError) -> bool:
-    """Whether the worker of a failed exchange is dead or dying: it refused, or it exits within
-    DEATH_WAIT (a broken socket alone does not tell: see Worker.exits_within)."""
-    return isinstance(exc, ConnectFailed) or await connection.worker.exits_within(DEATH_WAIT)
-
-
-def _unreachable(session: Session, exc: Exception) -> WorkerUnreachable:
-    return WorkerUnreachable(
-        f"Worker unreachable: {type(exc).__name__}: {exc}",
-        data={"session": session.id, "stderr": session.connection.worker.stderr_tail() if session.connection else ""},
-    )
+def _excerpt(body: bytes) -> str:
+    return body[:WORKER_ERROR_EXCERPT].decode("utf-8", "replace")
 
 
 def _plain_headers(upstream: UpstreamResponse, session: Session) -> list[tuple[bytes, bytes]]:

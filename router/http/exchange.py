@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from router.catalog.paging import CatalogError
+from router.http.errors import error_body
 from router.http.messages import ClientMessage
 from router.http.sse import encode_event, event_data, event_id
 from router.http.timing import RequestTiming
@@ -28,6 +29,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("mcp_router.calls")
 
 INVALID_PARAMS: Final = -32602
+# LSP's "RequestCancelled", as the MCP SDKs' clients know it; a client ignores any answer to a
+# request it cancelled, but its HTTP request must still end.
+REQUEST_CANCELLED: Final = -32800
+CANCELLED_MESSAGE: Final = "Request cancelled"
+CANCELLED_BEFORE_SENT: Final = "cancelled by the client before it reached the worker"
+
+
+class RequestCancelled(Exception):
+    """The client cancelled the request before it was sent to a worker: it is not sent."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +163,11 @@ class Exchange:
             if self.is_tool_call and not await recorder.write_ahead():
                 log.warning("call failed without its record session=%s ref=%s", self.session.id, self.ref_id)
         self._end("error")
+
+    async def cancelled(self) -> bytes:
+        """The answer to a request the client cancelled before it reached a worker, recorded."""
+        await self.failed(CANCELLED_BEFORE_SENT)
+        return error_body(REQUEST_CANCELLED, CANCELLED_MESSAGE, None, self.message.id)
 
     async def _answer(self, payload: bytes) -> bytes | None:
         try:

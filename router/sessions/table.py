@@ -17,6 +17,7 @@ from router.http.errors import BadRequest
 from router.sessions.outbox import Outbox
 from router.sessions.roots import ClientRoots, declares_roots
 from router.sessions.unrestored import Unrestored
+from router.types import JsonRpcId
 from workers.health import RestartBudget
 
 if TYPE_CHECKING:
@@ -104,6 +105,8 @@ class Session:
     relay_ready: anyio.Event = field(default_factory=anyio.Event)
     # Ids of requests the worker sent the client (pings, roots/list) -> the worker that asked.
     asked: dict[Any, WorkerConnection] = field(default_factory=dict)
+    # The client's requests in flight, by id, and which of them it cancelled meanwhile.
+    requests: ClientRequests = field(default_factory=lambda: ClientRequests())
     stream: StreamSlot = field(default_factory=lambda: StreamSlot())
     protocol_version: str | None = None
     client_info: dict[str, Any] = field(default_factory=dict)
@@ -185,6 +188,38 @@ class Session:
     @property
     def dormant(self) -> bool:
         return self.state in DORMANT
+
+
+class ClientRequests:
+    """The ids of the client's requests in flight on a session. A second request under an id in
+    flight is refused: the worker's SDK would send the first one's answer to the second's stream,
+    and the first would wait for ever. A ``notifications/cancelled`` marks its id, so a request
+    still waiting for a worker (a resume, a dead worker's retry, the relay) is never sent."""
+
+    def __init__(self) -> None:
+        self._cancelled: dict[JsonRpcId, bool] = {}
+
+    @contextmanager
+    def in_flight(self, request_id: JsonRpcId) -> Iterator[None]:
+        if request_id in self._cancelled:
+            raise BadRequest(
+                f"Invalid Request: a request with id {request_id!r} is already in flight on this session",
+                data={"id": request_id},
+            )
+        self._cancelled[request_id] = False
+        try:
+            yield
+        finally:
+            del self._cancelled[request_id]
+
+    def cancel(self, request_id: Any) -> None:
+        """The client gave up on ``request_id`` (any JSON: a notification's params are not checked);
+        an id not in flight (answered already) is ignored."""
+        if isinstance(request_id, str | int) and not isinstance(request_id, bool) and request_id in self._cancelled:
+            self._cancelled[request_id] = True
+
+    def cancelled(self, request_id: JsonRpcId) -> bool:
+        return self._cancelled.get(request_id, False)
 
 
 class StreamSlot:

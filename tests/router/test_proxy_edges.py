@@ -14,14 +14,18 @@ from pathlib import Path
 import pytest
 
 from router.http import endpoint
+from router.http.app import build_supervisor
+from router.http.limits import MAX_HEAD_BYTES
 from router.http.streaming import NO_ANSWER
 from router.http.upstream import UpstreamPool
 from tests.support import RawClient, RouterThread, messages_of, router_settings, spare_port, wait_recorded
 from tests.support.scripted_worker import CLOSE, InParts, ScriptedWorker, ThenClose, http_answer
 from tests.support.sse import iter_sse
+from workers.spec import NODE_HEADER_SIZE_FLAG
 
 TOOLS = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"tools": []}}).encode()
 JSON_HEADERS = {"content-type": "application/json"}
+LARGE_HEADER = 20_000  # bytes: more than node takes by default (16 KiB)
 
 
 @dataclass
@@ -240,3 +244,45 @@ async def test_the_request_is_handed_on_before_the_worker_answers() -> None:
     assert written_before_sent == [False]
     assert len(worker.requests) == 1
 
+
+
+def test_a_worker_hanging_up_after_its_refusal_is_502_and_in_the_record(state_dir: Path) -> None:
+    # What node does with a head larger than it takes: 431, "connection: close", no framing.
+    with edge_router(state_dir, record=True) as edge:
+        edge.worker.answers.append(ThenClose(b"HTTP/1.1 431 Too Large\r\nconnection: close\r\n\r\n"))
+        r = edge.client.post({"jsonrpc": "2.0", "id": 57, "method": "tools/call", "params": {"name": "browser_tabs"}})
+        assert r.status_code == 502
+        ((status, error),) = call_rows(edge)
+        assert status == "error" and "closed the connection" in error
+
+
+def test_a_worker_refusal_passed_on_is_in_the_record(state_dir: Path) -> None:
+    refusal = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "no"}}).encode()
+    with edge_router(state_dir, record=True) as edge:
+        edge.worker.answers.append(http_answer(400, refusal, JSON_HEADERS))
+        r = edge.client.post({"jsonrpc": "2.0", "id": 58, "method": "tools/call", "params": {"name": "browser_tabs"}})
+        assert r.status_code == 400 and r.content == refusal
+        assert call_rows(edge) == [("error", f"worker answered HTTP 400: {refusal.decode()}")]
+
+
+def test_a_large_header_reaches_the_worker_and_the_call_is_recorded(state_dir: Path) -> None:
+    # Past node's default 16 KiB, within the router's head limit (the real worker's own limit:
+    # tests/e2e/test_claude_code_edges.py).
+    with RouterThread(router_settings(state_dir, record=True)) as router, RawClient(router.url) as client:
+        client.initialize()
+        params = {"name": "echo", "arguments": {"text": "x"}}
+        echo = {"jsonrpc": "2.0", "id": 59, "method": "tools/call", "params": params}
+        r = client.post(echo, **{"x-large": "p" * LARGE_HEADER})
+        assert r.status_code == 200 and messages_of(r)[-1]["result"]["content"][0]["text"] == "x"
+        wait_recorded(state_dir)
+        with sqlite3.connect(state_dir / "router.db") as conn:
+            calls = "SELECT r.status FROM requests q JOIN responses r USING (ref_id) WHERE q.tool = 'echo'"
+            assert conn.execute(calls).fetchall() == [("success",)]
+        client.delete()
+
+
+def test_workers_take_every_head_the_router_takes(state_dir: Path) -> None:
+    argv = build_supervisor(router_settings(state_dir, worker_command=None)).spec.argv_template
+    (flag,) = [a for a in argv if a.startswith(NODE_HEADER_SIZE_FLAG + "=")]
+    assert int(flag.split("=", 1)[1]) >= MAX_HEAD_BYTES
+    assert argv.index(flag) < argv.index("{cli}")  # node's option, not the worker's
