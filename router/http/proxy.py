@@ -36,6 +36,9 @@ _NOT_UPSTREAM: Final = HOP_BY_HOP | {
     b"mcp-session-id",
     b"accept-encoding",
     b"origin",  # the router is the security boundary; workers may apply stricter rules of their own
+    # The router has the whole body already (and its ASGI server answered any 100 Continue); a
+    # worker asked would write an interim head of its own.
+    b"expect",
 }
 # Never forwarded downstream: recomputed by the ASGI server or replaced by us.
 _NOT_DOWNSTREAM: Final = HOP_BY_HOP | {

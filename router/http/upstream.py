@@ -33,6 +33,8 @@ CONNECT_TIMEOUT: Final = 5.0
 KEEPALIVE_EXPIRY: Final = 4.0
 HIGH_WATER: Final = 1024 * 1024
 LOW_WATER: Final = 256 * 1024
+# 1xx heads: interim, never a request's answer (101 cannot come: Upgrade is never forwarded).
+INTERIM_STATUS: Final = range(100, 200)
 
 
 class UpstreamError(Exception):
@@ -177,6 +179,7 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.idle_since = 0.0
         self._paused = False
+        self._interim = False  # the head being parsed is a 1xx (100 Continue): not the answer
 
     # asyncio.Protocol
 
@@ -202,22 +205,34 @@ class _Connection(asyncio.Protocol):
 
     # httptools callbacks
 
+    def on_message_begin(self) -> None:
+        self._interim = False
+
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.response is not None:
             self.response.headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
         response = self.response
-        if response is not None:
-            response.status_code = self.parser.get_status_code()
-            if not response._head.done():
-                response._head.set_result(None)
+        if response is None:
+            return
+        status = self.parser.get_status_code()
+        if status in INTERIM_STATUS:
+            # An interim head (RFC 9110 15.2): the answer follows on the same exchange.
+            self._interim = True
+            response.headers.clear()
+            return
+        response.status_code = status
+        if not response._head.done():
+            response._head.set_result(None)
 
     def on_body(self, body: bytes) -> None:
         if self.response is not None:
             self.response._feed(body)
 
     def on_message_complete(self) -> None:
+        if self._interim:
+            return
         response, self.response = self.response, None
         keep = self.parser.should_keep_alive()
         if response is not None:
@@ -317,6 +332,9 @@ class UpstreamPool:
     def release(self, connection: _Connection) -> None:
         if self._closed:
             connection.close()
+            return
+        if connection in self._idle:
+            # Idle twice would hand one socket to two requests, whose answers then interleave.
             return
         connection.idle_since = time.monotonic()
         self._idle.append(connection)

@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 
+from tests.router.expect_client import post_expecting_continue
 from tests.support import TEST_TOKEN, RawClient, RouterThread, initialize_body, playwright_router, wait_for
+from tests.support.client import ref_of, text_of
+from tests.support.wait import wait_recorded
 from workers.supervisor import Worker
 
 BLOCKED = "ERR_BLOCKED_BY_CLIENT"
+CALL_TIMEOUT = 60.0
 
 
 def worker_of(router: RouterThread, session_id: str) -> Worker:
@@ -74,6 +80,33 @@ def test_a_page_cannot_reach_the_router(pw_router: RouterThread) -> None:
         c.delete()
 
 
+def test_an_expect_continue_call_reaches_the_worker_as_a_plain_post(pw_router: RouterThread, pages: str) -> None:
+    """Node answers ``Expect: 100-continue`` with an interim head of its own: forwarded, it was
+    taken for the answer, the call's answer was lost and the session's next calls at once hung."""
+    with RawClient(pw_router.url) as c, RawClient(pw_router.url) as other:
+        c.initialize()
+        assert "Home" in c.text("browser_navigate", url=f"{pages}/")
+        assert c.session_id is not None
+        call = {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                "params": {"name": "browser_evaluate", "arguments": {"function": "() => 'x'.repeat(2000)"}}}
+        answer = post_expecting_continue(pw_router.url, c.session_id, call)
+        assert answer.interim == [100] and answer.status == 200
+        [message] = [m for m in answer.messages if m.get("id") == 9]
+        assert "x" * 2000 in text_of(message)
+        other.session_id = c.session_id
+        with ThreadPoolExecutor(2) as pool:
+            snapshot = pool.submit(c.text, "browser_snapshot")
+            tabs = pool.submit(other.text, "browser_tabs", action="list")
+            assert "Home" in snapshot.result(timeout=CALL_TIMEOUT)
+            assert "Home" in tabs.result(timeout=CALL_TIMEOUT)
+        c.delete()
+    state = Path(pw_router.settings.state_dir)
+    wait_recorded(state)
+    with sqlite3.connect(state / "router.db") as db:
+        row = db.execute("SELECT status, duration_ms FROM responses WHERE ref_id = ?", (ref_of(message),)).fetchone()
+    assert row is not None and row[0] == "success" and row[1] is not None
+
+
 def test_browse_allow_keeps_the_browser_on_the_listed_origins(tmp_path: Path, chromium: str, pages: str) -> None:
     other = pages.replace("127.0.0.1", "localhost")  # the same server under another origin
     assert urlsplit(other).netloc != urlsplit(pages).netloc
@@ -104,3 +137,4 @@ def test_a_worker_leaves_nothing_outside_the_state_dir(tmp_path: Path, chromium:
         root = temp.parent
     assert not ours(real, state)
     assert not root.exists()
+
