@@ -10,6 +10,7 @@ middleware's loopback rule but not this one).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -43,8 +44,19 @@ FILE_HEADERS: Final = {
 }
 
 
+class _Json(JSONResponse):
+    """Starlette's JSON answer, except that text which is not Unicode (a lone surrogate in a
+    session's client info or a page's text) goes out escaped instead of failing the answer."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:  # the rare case pays the second encoding
+            return json.dumps(content, allow_nan=False, separators=(",", ":")).encode()
+
+
 def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+    return _Json({"error": message}, status_code=status)
 
 
 def cross_site_refusal(request: Request) -> str | None:
@@ -156,7 +168,7 @@ class Api:
         rows = [self._row(r, live.pop(r["id"], None), memory) for r in recorded]
         # Live sessions the record does not show (recording off, or beyond the limit) come first.
         extra = [self._row(None, s, memory) for s in sorted(live.values(), key=lambda s: -s.created)]
-        return JSONResponse({
+        return _Json({
             "sessions": extra + rows, "recording": records is not None, "now": time.time(),
             "node": self.manager.node_id,  # behind a balancer: whose sessions these are (--node-id)
         })
@@ -188,7 +200,7 @@ class Api:
         if record is None and live is None:
             return _error(404, f"unknown session {session_id}")
         memory = await self._memory([live]) if live is not None else {}
-        return JSONResponse({"session": self._row(record, live, memory), "calls": calls, "events": events})
+        return _Json({"session": self._row(record, live, memory), "calls": calls, "events": events})
 
     async def call(self, request: Request) -> Response:
         ref_id = request.path_params["ref_id"]
@@ -203,7 +215,7 @@ class Api:
         ]
         for f in call["files"]:
             f["url"] = f"/api/calls/{ref_id}/files/{quote(f['name'])}"
-        return JSONResponse({"call": call})
+        return _Json({"call": call})
 
     async def _call(self, ref_id: str) -> tuple[dict[str, Any], list[Any]] | Response:
         records = self.records
@@ -265,7 +277,7 @@ class Api:
         if not await act(session):
             return _error(409, f"cannot {name} session {session_id} now (state {session.state.value}, "
                                f"{session.in_flight} call(s) in flight)")
-        return JSONResponse({"id": session_id, "state": session.state.value})
+        return _Json({"id": session_id, "state": session.state.value})
 
     async def end(self, request: Request) -> Response:
         async def end(session: Session) -> bool:

@@ -20,7 +20,7 @@ from typing import Final
 
 from router.layout import StateLayout
 from router.record import files, schema
-from router.record.rows import Enrichment, Item, RowWriter
+from router.record.rows import Enrichment, Item, RowWriter, scrubbed
 
 log = logging.getLogger("router.record.recorder")
 
@@ -101,14 +101,14 @@ class BatchWriter:
         # Some row is bad (duplicate ref_id, bad status...): isolate it, keep the others.
         for item in items:
             try:
-                conn.execute("BEGIN")
-                job = self.rows.apply(conn, item)
-                self._commit(conn)
+                try:
+                    job = self._apply_alone(conn, item)
+                except UnicodeEncodeError:  # a lone surrogate: kept written out rather than lost
+                    job = self._apply_alone(conn, scrubbed(item))
                 self.written += 1
                 if job is not None:
                     self._enrichments.append(job)
             except Exception as exc:
-                self._rollback(conn)
                 self.failures += 1
                 lost.append(item.seq)
                 self.note_failure(f"{item.kind} {item.key}", repr(exc))
@@ -116,6 +116,17 @@ class BatchWriter:
         self._write_failures(conn)
         self._batch_done(failed=bool(lost))
         return lost
+
+    def _apply_alone(self, conn: sqlite3.Connection, item: Item) -> Enrichment | None:
+        """One item in a transaction of its own; rolled back when it raises."""
+        try:
+            conn.execute("BEGIN")
+            job = self.rows.apply(conn, item)
+            self._commit(conn)
+        except BaseException:
+            self._rollback(conn)
+            raise
+        return job
 
     def replay(self, conn: sqlite3.Connection, items: Sequence[Item]) -> int:
         """The write-ahead file of a router that died (``ahead.py``), into SQLite: the items it

@@ -67,6 +67,23 @@ def to_json(value: Any) -> str | None:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
+def scrubbed(item: Item) -> Item:
+    """``item`` with no lone surrogate left in its text: SQLite takes only UTF-8, and such text
+    (valid JSON, from a page or a client) would otherwise cost the row. An object becomes its JSON
+    text with the surrogate escaped (read back, it is the same value); other text shows it as
+    ``\\udXXX``. Only for an item that failed to encode: the usual one is never walked."""
+    return Item(item.kind, item.ts, item.key, tuple(_scrub(v) for v in item.data), item.seq, item.size)
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, Mapping):
+        return json.dumps(value, separators=(",", ":"), default=str)  # ensure_ascii: escapes them
+    if isinstance(value, list | tuple):
+        return type(value)(_scrub(v) for v in value)
+    return value
+
 
 class RowWriter:
     """Applies items on the writer thread. ``layout``: where the files a call linked are kept

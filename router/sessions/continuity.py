@@ -289,7 +289,7 @@ class Continuity:
 
     def _learn_handshake(self, session: Session, replay: ControlSession, control: ControlSession) -> None:
         version = (session.initialize_params or {}).get("protocolVersion")
-        if isinstance(version, str) and self.handshakes.get(version) is None:
+        if isinstance(version, str) and self.handshakes.wants(version):
             self.start_soon(lambda: self._fill_cache(version, replay.initialize_result, control))
 
     async def _fill_cache(self, version: str, initialize: dict[str, Any], control: ControlSession) -> None:

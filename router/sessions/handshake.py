@@ -9,7 +9,10 @@ The cache is keyed by a fingerprint of the worker: its argv template and environ
 of every file the template names (the stand-in worker's script, the worker's entry point) and the
 pinned package's lock, so a changed flag or version never serves a stale answer. Entries are per
 requested protocol version, filled by a probe worker at start (no browser is launched) or by the
-first real spawn, and kept on disk in the state directory.
+first real spawn, and kept on disk in the state directory. Only the versions the router speaks
+(``HANDSHAKE_VERSIONS``) have entries: a client may ask for any string, and the worker answers
+one it does not know with a version it supports (MCP lifecycle), which such a session is spawned
+for, never cached (the cache would grow by each client's string, its file rewritten whole).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import anyio
 
 from router.http.proxy import WorkerConnection
 from router.sessions.control import ControlError, ControlSession
+from router.types import HANDSHAKE_VERSIONS
 from workers._exceptions import WorkerError
 from workers.supervisor import Supervisor, Worker
 
@@ -80,11 +84,13 @@ class HandshakeCache:
         if isinstance(data, dict) and data.get("fingerprint") == self.fingerprint:
             entries = data.get("versions")
             if isinstance(entries, dict):
-                self._entries = {k: v for k, v in entries.items() if _complete(v)}
+                self._entries = {k: v for k, v in entries.items() if k in HANDSHAKE_VERSIONS and _complete(v)}
 
     def get(self, version: str) -> dict[str, Any] | None:
         """``{"initialize": result, "tools": result}`` for a requested protocol version, or None.
         A copy: answers built from it are changed on their way out (the router's tools added)."""
+        if version not in HANDSHAKE_VERSIONS:
+            return None
         self._load()
         entry = self._entries.get(version)
         return None if entry is None else copy.deepcopy(entry)
@@ -106,7 +112,16 @@ class HandshakeCache:
         self._load()
         return set(self._entries)
 
+    def wants(self, version: str) -> bool:
+        """Whether an answer for ``version`` would be kept: one the router speaks, not cached yet."""
+        if version not in HANDSHAKE_VERSIONS:
+            return False
+        self._load()
+        return version not in self._entries
+
     def store(self, version: str, initialize: dict[str, Any], tools: dict[str, Any]) -> None:
+        if version not in HANDSHAKE_VERSIONS:
+            return
         self._load()
         entry = {"initialize": initialize, "tools": tools}
         if self._entries.get(version) == entry:

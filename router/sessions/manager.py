@@ -288,14 +288,13 @@ class SessionManager:
 
     async def lookup(self, session_id: str) -> Session:
         """The session for a client's id, live or dormant (loaded from disk after a restart of the
-        router): 400 if malformed, 421 if another node's, 404 if unknown, ended or past retention."""
+        router): 400 if malformed, 421 if another node's, 404 if unknown (any id this router could
+        not have minted among them), ended or past retention."""
         check_session_id(session_id)
         check_owner(session_id, self.node_id)
         session = self.sessions.get(session_id)
         if session is None:
-            session = statefiles.session_from_disk(
-                self.layout.session_dir(session_id), session_id, self.retention, self._new_budget()
-            )
+            session = statefiles.session_from_disk(self.layout, session_id, self.retention, self._new_budget())
             if session is not None:
                 log.info("session known from a previous run session=%s", session_id)
                 self.pool.expect(session.initialize_params)

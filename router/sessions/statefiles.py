@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
+from router.layout import StateLayout
 from router.sessions.table import MINTED_ID_RE, Session, State
 from workers.health import RestartBudget
 
@@ -55,11 +56,12 @@ def write_session_file(session_dir: Path, data: dict[str, Any]) -> None:
 
 
 def keep_session(session_dir: Path, session: Session) -> bool:
-    """``session.json`` for a session, or a loud line when the disk refuses it (full, read-only):
-    the session goes on serving, it is just not resumable after a restart of the router."""
+    """``session.json`` for a session, or a loud line when the disk refuses it (full, read-only)
+    or its params cannot be written: the session goes on serving, it is just not resumable after
+    a restart of the router. Never raises: the caller has the session in its table already."""
     try:
         write_session_file(session_dir, session_record(session))
-    except OSError as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # the disk, or params that JSON cannot write
         log.error("session file not written session=%s (%s): %s", session.id, session_dir, exc)
         return False
     return True
@@ -128,10 +130,14 @@ def session_record(session: Session) -> dict[str, Any]:
     }
 
 
-def session_from_disk(session_dir: Path, session_id: str, retention: float, budget: RestartBudget) -> Session | None:
-    """A dormant session of a previous run, if its files are there and within retention."""
-    if not MINTED_ID_RE.fullmatch(session_id):  # never turn a client's string into a path otherwise
+def session_from_disk(
+    layout: StateLayout, session_id: str, retention: float, budget: RestartBudget
+) -> Session | None:
+    """A dormant session of a previous run, if its files are there and within retention. None for
+    an id this router could not have minted, before any path is made of it (a client's string)."""
+    if not MINTED_ID_RE.fullmatch(session_id):
         return None
+    session_dir = layout.session_dir(session_id)
     data = read_session_file(session_dir)
     active = last_active(session_dir)
     if data is None or time.time() - active > retention:
