@@ -2,10 +2,11 @@
 
 It stays open (keep-alives only) while the session has no worker, and whenever the session gets
 one (first use, resume after a reap, a crash, a hibernation or a router restart,
-``create_new_session``) it is joined to that worker's own stream at once, so the worker's pings
-and ``roots/list`` reach the client before its first call needs the answer. No worker is ever
-spawned for a GET. A new GET from the client takes over from an old one it has given up on (a
-worker accepts one stream per session).
+``create_new_session``), or a new MCP session on the same worker (which had forgotten the
+client's), it is joined to that worker session's own stream at once, leaving the old one, so
+the worker's pings and ``roots/list`` reach the client before its first call needs the answer.
+No worker is ever spawned for a GET. A new GET from the client takes over from an old one it has
+given up on (a worker accepts one stream per session).
 """
 
 from __future__ import annotations
@@ -113,31 +114,63 @@ class SessionStream:
             if upstream.status_code != 200:
                 log.debug("worker refused the GET stream session=%s status=%d", session.id, upstream.status_code)
                 return
-            if session.connection is connection:
+            if session.connection is connection and session.worker_session_id == worker_session_id:
                 ready = session.relay_ready
                 ready.set()
-            splitter = EventSplitter()
-            async for chunk in _after(rest, upstream.aiter_raw()):
+            failure: list[Exception] = []
+            async with anyio.create_task_group() as tg:
+
+                async def leave_when_switched() -> None:
+                    await _switched_from(session, connection, worker_session_id)
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(leave_when_switched)
                 try:
-                    events = splitter.feed(chunk)
-                except EventTooLarge as exc:  # dropped whole; the events before it still go
-                    log.warning("dropped an oversized event on session=%s's stream: %s", session.id, exc)
-                    events = exc.events
-                if not events:
-                    continue
-                for event in events:
-                    payload = event_json(event)
-                    if isinstance(payload, dict) and "method" in payload and "id" in payload:
-                        session.note_asked(payload["id"], connection)
-                await writer(b"".join(events))
-        except UpstreamError:
-            pass  # the worker went away: the client's stream stays, waiting for the next one
+                    await _relay_events(session, connection, _after(rest, upstream.aiter_raw()), writer)
+                except UpstreamError:
+                    pass  # the worker went away: the client's stream stays, waiting for the next one
+                except Exception as exc:  # re-raised outside the task group, unwrapped
+                    failure.append(exc)
+                tg.cancel_scope.cancel()
+            if failure:
+                raise failure[0]
         finally:
             await upstream.aclose()
             if ready is not None and session.relay_ready is ready:
                 # No relay stands any more (taken over, or the worker's stream ended): the next
                 # request waits for the next one, or the worker would ask into a closed stream.
                 session.relay_ready = anyio.Event()
+
+
+async def _relay_events(
+    session: Session, connection: WorkerConnection, chunks: AsyncIterator[bytes], writer: Writer
+) -> None:
+    """A worker's stream, whole events, into the client's; the worker's requests noted, so that
+    the client's answers go back to the worker that asked."""
+    splitter = EventSplitter()
+    async for chunk in chunks:
+        try:
+            events = splitter.feed(chunk)
+        except EventTooLarge as exc:  # dropped whole; the events before it still go
+            log.warning("dropped an oversized event on session=%s's stream: %s", session.id, exc)
+            events = exc.events
+        if not events:
+            continue
+        for event in events:
+            payload = event_json(event)
+            if isinstance(payload, dict) and "method" in payload and "id" in payload:
+                session.note_asked(payload["id"], connection)
+        # Cut short only before a write or after it, never within: uvicorn writes a body
+        # whole once it stops waiting for the socket, so the client never gets half an event.
+        await writer(b"".join(events))
+
+
+async def _switched_from(session: Session, connection: WorkerConnection, worker_session_id: str) -> None:
+    """Returns once the session has left this worker session: another worker, none, or a new
+    session on the same worker (reopened after the worker forgot this one). The worker may keep
+    this one's stream open, but asks the client nothing more on it that anyone waits for."""
+    while session.connection is connection and session.worker_session_id == worker_session_id:
+        await session.worker_changed.wait()
 
 
 async def _after(first: bytes, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -2,10 +2,12 @@
 resume reserve ready with a warm worker prepared in the client's shape, and the next call (the old
 ref's click) carried on on the same page with the same cookies, the new worker's roots/list and
 pings crossing the client's stream. One conversation, two at once, two with memory short, and a
-tab's second document. The client and the steps: tests/e2e/claude_code.py, cc_steps.py."""
+tab's second document. And a worker that forgot the conversation's MCP session under two calls.
+The client and the steps: tests/e2e/claude_code.py, cc_steps.py."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +17,9 @@ import pytest
 
 from router.record import ahead
 from tests.e2e.cc_steps import (
+    ANSWER_WITHIN,
+    CALL_LIMIT,
+    PINGS_WITHIN,
     REAP_IDLE,
     RESERVE_READY,
     WORKER_GONE,
@@ -25,6 +30,7 @@ from tests.e2e.cc_steps import (
     worker_of,
 )
 from tests.e2e.claude_code import ClaudeCodeClient
+from tests.router.test_worker_session_reopen import REOPENED, HeldReopens, forget_worker_session
 from tests.support import (
     RouterThread,
     playwright_router,
@@ -137,3 +143,45 @@ def test_pause_after_a_second_navigation_then_click_the_old_ref(reaping: RouterT
         before = sign_in(cc, pages, "renav")
         wait_worker_gone(reaping, cc.session_id, worker_of(reaping, cc.session_id))
         carries_on(cc, before, reaping)
+
+
+# -- the worker forgot the client's session ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("together", [True, False], ids=["404s-together", "second-404-after-the-reopen"])
+def test_two_calls_after_the_worker_lost_the_session_share_one_new_one(
+    reaping: RouterThread,
+    pages: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    together: bool,
+) -> None:
+    """The worker ended the client's MCP session (as after a ping unanswered while the client's
+    stream was away) but lives on; two calls both get its 404 (held until both have, then let
+    on together or one after the other's reopen): the router opens one new worker session for
+    both, the client's stream follows it, and that session's roots/list reaches the client, so
+    neither call waits out the worker's minute for the answer."""
+    monkeypatch.setattr(reaping.manager, "idle_timeout", 60.0)  # a reap would take the resume path
+    with ClaudeCodeClient(reaping.url) as cc:
+        before = sign_in(cc, pages, f"lost{int(together)}")
+        session = reaping.manager.sessions.get(cc.session_id)
+        assert session is not None
+        connection = session.connection
+        forgotten = forget_worker_session(session)
+        held = HeldReopens(reaping.manager.requests, 2, one_after_another=not together)
+        monkeypatch.setattr(reaping.manager.requests, "reopen_worker_session", held)
+        with caplog.at_level(logging.INFO, logger="mcp_router.continuity"), ThreadPoolExecutor(2) as both:
+            answers = list(
+                both.map(lambda _: cc.call_raw("browser_tabs", {"action": "list"}, timeout=CALL_LIMIT), range(2))
+            )
+        assert held.arrived == 2, "both calls got the worker's 404"
+        for answer in answers:
+            assert not answer["is_error"] and "### Error" not in answer["text"], answer["text"]
+            assert answer["seconds"] <= ANSWER_WITHIN, f"a call took {answer['seconds']:.1f}s"
+        assert caplog.text.count(REOPENED) == 1, caplog.text
+        assert session.connection is connection and session.worker_session_id != forgotten
+        cc.wait_status(
+            lambda s: s["roots_list_answered"] > before.roots,
+            timeout=PINGS_WITHIN,
+            what="the new worker session's roots/list answered through the client's stream",
+        )
