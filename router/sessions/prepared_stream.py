@@ -162,13 +162,15 @@ async def hold_for_streamless(
     no GET stream of its own (after ``STREAM_GRACE``, unless ``waited`` already). The worker asks
     ``roots/list`` only on a GET stream: without one it waits 5 s, asks into nothing and waits
     60 s more for the answer (@playwright/mcp 0.0.83, measured). Held, its question is answered
-    with no roots (where the worker ends up anyway, a minute later: its own cwd) and its pings
-    are answered, until a GET stream of the client's takes the stream over."""
+    with the client's roots when the router has them (the client answered them earlier in the
+    session: a resume while its stream is away), else with none (where the worker ends up
+    anyway, a minute later: its own cwd), and its pings are answered, until a GET stream of the
+    client's takes the stream over."""
     if not declares_roots(session.initialize_params) or session.stream.held:
         return None
     if not waited and await wait_for_stream(session):
         return None
-    held = PreparedStream(replay, [])
+    held = PreparedStream(replay, session.roots.known_or_empty())
     try:
         await held.open()
     except ControlError as exc:
@@ -213,8 +215,9 @@ async def hand_over(
         if wait > 0 and not resuming:  # wait 0: at initialize, no stream can be open yet
             await wait_for_stream(session)
         # On a resume nothing was waited for: a client's stream reopening then (after a router
-        # restart) still gets its grace before hold_for_streamless holds one with no roots for
-        # it. At initialize (wait 0) none can open before the answer: no grace is owed there.
+        # restart) still gets its grace before hold_for_streamless holds one for it (with no
+        # roots after a restart: the router has not asked them yet). At initialize (wait 0)
+        # none can open before the answer: no grace is owed there.
         waited = not resuming
         usable = await stream.hand_over_to(session, wait)
         held = stream if usable else None

@@ -43,6 +43,11 @@ class ClientRoots:
     def pending(self) -> bool:
         return self._asked is not None
 
+    def known_or_empty(self) -> Roots:
+        """What the router answers a worker's ``roots/list`` with for a client that cannot be
+        asked now (its stream away): the roots it answered last, else none."""
+        return [] if self.known is None else self.known
+
     def question(self) -> dict[str, Any] | None:
         """The request to send the client now, or None (answered already, or asked already)."""
         if self._settled.is_set() or self._asked is not None:
