@@ -238,14 +238,16 @@ class McpEndpoint:
     ) -> UpstreamResponse:
         message = exchange.message
 
+        sent_to: str | None = None  # the worker session it went to last: a 404 is about that one
+
         async def send_to(worker: WorkerConnection) -> UpstreamResponse:
+            nonlocal sent_to
             # Checked at each send: the request may have waited (a resume, the relay, a retry's
             # resume) while the client cancelled it; what is not sent is not run.
             if session.requests.cancelled(message.id):
                 raise RequestCancelled
-            headers = upstream_headers(
-                scope["headers"], host=worker.host_header, worker_session_id=session.worker_session_id
-            )
+            sent_to = session.worker_session_id
+            headers = upstream_headers(scope["headers"], host=worker.host_header, worker_session_id=sent_to)
             return await worker.send("POST", headers, message.raw, sent=exchange.record_request)
 
         try:
@@ -262,9 +264,9 @@ class McpEndpoint:
         # The worker ended our MCP session (a ping that went unanswered while the client's stream
         # was away) but lives on, browser and all: nothing was done, so a new session may redo it.
         await upstream.aclose()
-        if not await self.manager.requests.reopen_worker_session(session, connection):
+        if not await self.manager.requests.reopen_worker_session(session, connection, lost=sent_to):
             raise WorkerUnreachable("Worker lost the session and refused a new one", data={"session": session.id})
-        return await send_to(connection)
+        return await send_to(session.connection or connection)  # replaced meanwhile: the new one
 
     async def _stream_answer(
         self, session: Session, receive: Receive, send: Send, upstream: UpstreamResponse, exchange: Exchange

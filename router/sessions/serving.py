@@ -9,7 +9,6 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from contextvars import ContextVar
 from typing import Any, Final
 
 import anyio
@@ -31,10 +30,6 @@ WARM_WAIT: Final = 10.0  # no longer than a cold spawn and browser launch under 
 # A new worker's first request waits this long at most for the client's GET stream to be joined
 # to the worker's: servers ask roots/list there at once (Playwright itself waits up to 5 s for it).
 RELAY_WAIT: Final = 2.0
-
-# The worker session the request being served (this task's) is sent to: a 404 it gets is about
-# that one, which another request's reopen may have replaced already (reopen_worker_session).
-_SENT_TO: ContextVar[str | None] = ContextVar("mcp_router_sent_to", default=None)
 
 
 class RequestServing:
@@ -73,11 +68,7 @@ class RequestServing:
                 if session.stream.held and not session.relay_ready.is_set():
                     with anyio.move_on_after(RELAY_WAIT):
                         await session.relay_ready.wait()
-                sent_to = _SENT_TO.set(session.worker_session_id)  # it is sent right away
-                try:
-                    yield started
-                finally:
-                    _SENT_TO.reset(sent_to)
+                yield started
         finally:  # a call that failed after its tool ran may have changed the browser too
             if tool.startswith("browser_") and session.connection is not None:
                 session.browser_used = True
@@ -133,21 +124,22 @@ class RequestServing:
         await self.ensure_worker(session)
         if session.connection is None:
             raise WorkerUnreachable("Worker not available for this session")
-        _SENT_TO.set(session.worker_session_id)  # the request is resent there
         return session.connection
 
-    async def reopen_worker_session(self, session: Session, connection: WorkerConnection) -> bool:
+    async def reopen_worker_session(
+        self, session: Session, connection: WorkerConnection, *, lost: str | None = None
+    ) -> bool:
         """The worker forgot the client's session (404): replay the handshake on the same worker,
         unless another request has done so since this one was sent (it is then resent on that
         session): requests that got the same 404 must not each open one, or the client's stream
-        follows one while the worker asks its roots on another."""
-        lost = _SENT_TO.get() or session.worker_session_id  # the latter outside ``serving`` only
+        follows one while the worker asks its roots on another. ``lost``: the worker session the
+        request got its 404 from (default: the session's current one)."""
+        lost = lost or session.worker_session_id
         async with session.lock:
             if session.connection is not connection:
                 return session.connection is not None
             if session.worker_session_id == lost and not await self.continuity.reopen(session, connection):
                 return False
-        _SENT_TO.set(session.worker_session_id)  # the request is resent there
         if session.stream.held:
             with anyio.move_on_after(RELAY_WAIT):
                 await session.relay_ready.wait()

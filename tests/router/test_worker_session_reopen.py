@@ -45,7 +45,7 @@ class HeldReopens:
         self._all_in: anyio.Event | None = None
         self._turn: anyio.Lock | None = None
 
-    async def __call__(self, session: Session, connection: Any) -> bool:
+    async def __call__(self, session: Session, connection: Any, *, lost: str | None = None) -> bool:
         if self._all_in is None or self._turn is None:  # made on the router's loop
             self._all_in, self._turn = anyio.Event(), anyio.Lock()
         self.arrived += 1
@@ -53,9 +53,9 @@ class HeldReopens:
             self._all_in.set()
         await self._all_in.wait()
         if not self.one_after_another:
-            return await self.reopen(session, connection)
+            return await self.reopen(session, connection, lost=lost)
         async with self._turn:
-            return await self.reopen(session, connection)
+            return await self.reopen(session, connection, lost=lost)
 
 
 @pytest.fixture(scope="module")
