@@ -118,7 +118,7 @@ class McpEndpoint:
             if message.kind is not Kind.REQUEST:
                 await forward_one_way(session, scope, message, send)
                 return
-            with session.requests.in_flight(message.id):  # 400 for an id in flight already
+            with session.client_request(message.id):  # 400 for an id in flight already
                 exchange = Exchange(self.hooks, session, message, request_timing(scope))
                 try:
                     await self._answer(session, scope, receive, send, exchange)
@@ -130,8 +130,7 @@ class McpEndpoint:
 
     async def _answer(self, session: Session, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
         if not exchange.needs_worker():
-            with session.client_request():
-                answer = await exchange.local_answer()
+            answer = await exchange.local_answer()
             assert answer is not None
             await send_json(send, answer, session, status=200)
             return

@@ -57,18 +57,17 @@ class RequestServing:
 
     @asynccontextmanager
     async def serving(self, session: Session, message: ClientMessage) -> AsyncIterator[bool]:
-        """A client request: counted in flight, given a worker (resuming if needed), and, when it
-        was a browser tool call, followed by a debounced save of the browser state. Yields whether
-        a worker had to be started for it."""
+        """A client request (counted in flight by the endpoint): given a worker (resuming if
+        needed), and, when it was a browser tool call, followed by a debounced save of the browser
+        state. Yields whether a worker had to be started for it."""
         tool = message.tool_name or ""
         url_before = session.current_url
         try:
-            with session.client_request():
-                started = await self.ensure_worker(session)
-                if session.stream.held and not session.relay_ready.is_set():
-                    with anyio.move_on_after(RELAY_WAIT):
-                        await session.relay_ready.wait()
-                yield started
+            started = await self.ensure_worker(session)
+            if session.stream.held and not session.relay_ready.is_set():
+                with anyio.move_on_after(RELAY_WAIT):
+                    await session.relay_ready.wait()
+            yield started
         finally:  # a call that failed after its tool ran may have changed the browser too
             if tool.startswith("browser_") and session.connection is not None:
                 session.browser_used = True

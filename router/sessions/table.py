@@ -95,7 +95,6 @@ class Session:
     last_activity: float = field(default_factory=time.time)
     # Monotonic end of the last client request; idle time is measured from here.
     last_request_end: float = field(default_factory=time.monotonic)
-    in_flight: int = 0
     connection: WorkerConnection | None = None
     worker_session_id: str | None = None  # the client's (replayed) MCP session on the worker
     control: ControlSession | None = None  # the router's own MCP session on the worker, no capabilities
@@ -172,15 +171,19 @@ class Session:
             self.asked.pop(next(iter(self.asked)))
 
     @contextmanager
-    def client_request(self) -> Iterator[None]:
-        """Counts a client request as in flight; only these keep a worker from being reaped."""
-        self.in_flight += 1
-        self.last_activity = time.time()
-        try:
-            yield
-        finally:
-            self.in_flight -= 1
-            self.last_request_end = time.monotonic()
+    def client_request(self, request_id: JsonRpcId) -> Iterator[None]:
+        """A client request in flight, from its arrival to its answer: only these keep a worker
+        from being reaped. A second one under an id in flight is refused (ClientRequests)."""
+        with self.requests.in_flight(request_id):
+            self.last_activity = time.time()
+            try:
+                yield
+            finally:
+                self.last_request_end = time.monotonic()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.requests)
 
     def idle_for(self, now: float) -> float:
         return 0.0 if self.in_flight else now - self.last_request_end
@@ -220,6 +223,9 @@ class ClientRequests:
 
     def cancelled(self, request_id: JsonRpcId) -> bool:
         return self._cancelled.get(request_id, False)
+
+    def __len__(self) -> int:
+        return len(self._cancelled)
 
 
 class StreamSlot:
