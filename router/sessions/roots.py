@@ -8,11 +8,16 @@ hand it over only when they are the same. The question goes on the client's GET 
 Claude Code answers it by POST) under an id of the router's own, and its answer never reaches a
 worker. ``notifications/roots/list_changed`` (the spec: a client that declared ``listChanged``
 sends it when its roots change) forgets the answer; the next GET stream asks again.
+
+The roots the client gave last outlive a restart of the router (``session.json``,
+router/sessions/statefiles.py): a session taken up again knows them before the client's stream
+is back, and asks again once it is.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any, Final
 
 import anyio
@@ -25,6 +30,15 @@ ROUTER_ID_PREFIX: Final = "mcp-router-roots-"
 Roots = list[dict[str, Any]]
 
 
+def roots_of(value: object) -> Roots | None:
+    """``value`` when it is a list of roots (objects, each with a string ``uri``), else None: a
+    client's answer, or what a file says one was (@playwright/mcp fails every call of a session
+    whose roots name no URI)."""
+    if isinstance(value, list) and all(isinstance(r, dict) and isinstance(r.get("uri"), str) for r in value):
+        return value
+    return None
+
+
 def declares_roots(initialize_params: dict[str, Any] | None) -> bool:
     capabilities = (initialize_params or {}).get("capabilities")
     return isinstance(capabilities, dict) and "roots" in capabilities
@@ -35,9 +49,24 @@ class ClientRoots:
 
     def __init__(self) -> None:
         self.known: Roots | None = None
+        # The roots the client gave last, kept through a change until it answers again: what
+        # session.json keeps.
+        self.last: Roots | None = None
         self._asked: str | None = None  # the id of our question still unanswered
         self._settled = anyio.Event()  # set once the client answered (roots, or an error)
         self._ids = itertools.count(1)
+        self._on_new: Callable[[], None] | None = None
+
+    def on_new(self, callback: Callable[[], None]) -> None:
+        """``callback`` runs whenever an answer brings roots other than the last ones (once per
+        change, never per call: a client's roots rarely change)."""
+        self._on_new = callback
+
+    def restore(self, roots: Roots) -> None:
+        """The roots the client gave a previous run of the router: known, so a worker that asks
+        before the client's stream is back gets them, but not settled, so the client is asked
+        again once its stream opens (they may have changed while the router was away)."""
+        self.known = self.last = roots
 
     @property
     def pending(self) -> bool:
@@ -62,9 +91,13 @@ class ClientRoots:
         if request_id == self._asked:
             self._asked = None
             result = body.get("result")
-            roots = result.get("roots") if isinstance(result, dict) else None
-            if isinstance(roots, list) and all(isinstance(r, dict) for r in roots):
+            roots = roots_of(result.get("roots") if isinstance(result, dict) else None)
+            if roots is not None:
                 self.known = roots
+                if roots != self.last:
+                    self.last = roots
+                    if self._on_new is not None:
+                        self._on_new()
             self._settled.set()
         return True  # a stale answer of ours (asked before a change) is dropped too
 

@@ -1,8 +1,12 @@
 """What a session leaves on disk so that a new worker (or a new run of the router) can take it up.
 
-``sessions/<id>/session.json`` (written at open, touched when the session goes dormant): the
-client's initialize params and response mode, so a new worker can be handed the same handshake
-after a reap, a crash or a restart of the router — without the record, which may be off.
+``sessions/<id>/session.json`` (written at open, touched when the session goes dormant, and
+rewritten when the client's roots change): the client's initialize params, response mode and
+last roots, so a new worker can be handed the same handshake, and the client's project as its
+roots, after a reap, a crash or a restart of the router — without the record, which may be off,
+and before the client's GET stream is back to be asked. Whatever a file holds that is not what
+the router writes reads as absent: a session file is read at start-up (retention) and at a
+client's request, and neither may fail for a file garbled by a full disk or by hand.
 ``sessions/<id>/state.json``: Playwright storage state (every cookie, session cookies included,
 and localStorage per origin) plus the open tabs' URLs. The ``--user-data-dir`` profile beside
 them brings back persistent cookies by itself, but not session cookies (most logins).
@@ -14,6 +18,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import time
@@ -21,7 +26,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from router.layout import StateLayout
-from router.sessions.table import MINTED_ID_RE, Session, State
+from router.sessions.roots import roots_of
+from router.sessions.table import ENDED, MINTED_ID_RE, Session, State
 from workers.health import RestartBudget
 
 log = logging.getLogger("mcp_router.continuity")
@@ -46,7 +52,7 @@ def _write_text(path: Path, text: str) -> None:
 def read_json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested deeper than json can read
         return None
     return data if isinstance(data, dict) else None
 
@@ -56,9 +62,27 @@ def write_session_file(session_dir: Path, data: dict[str, Any]) -> None:
 
 
 def keep_session(session_dir: Path, session: Session) -> bool:
-    """``session.json`` for a session, or a loud line when the disk refuses it (full, read-only)
-    or its params cannot be written: the session goes on serving, it is just not resumable after
-    a restart of the router. Never raises: the caller has the session in its table already."""
+    """``session.json`` for a session, written now and again whenever the client's roots change
+    (``keep_roots``); a loud line when the disk refuses it (full, read-only) or its params cannot
+    be written: the session goes on serving, it is just not resumable after a restart of the
+    router. Never raises: the caller has the session in its table already."""
+    keep_roots(session_dir, session)
+    return _write_session(session_dir, session)
+
+
+def keep_roots(session_dir: Path, session: Session) -> None:
+    """The client's roots into ``session.json`` each time they change: on the client's answer to
+    the router's ``roots/list``, never on a tool call. Not once the session has ended: its file
+    is gone for good then."""
+
+    def written() -> None:
+        if session.state not in ENDED:
+            _write_session(session_dir, session)
+
+    session.roots.on_new(written)
+
+
+def _write_session(session_dir: Path, session: Session) -> bool:
     try:
         write_session_file(session_dir, session_record(session))
     except (OSError, ValueError, RecursionError) as exc:  # the disk, or params that JSON cannot write
@@ -80,12 +104,25 @@ def last_active(session_dir: Path) -> float:
     """Wall time of the session's last sign of life on disk (a SIGKILLed router wrote no more)."""
     stamps = [0.0]
     data = read_session_file(session_dir)
-    if data is not None and isinstance(data.get("last_active"), int | float):
-        stamps.append(float(data["last_active"]))
+    written = _seconds(data.get("last_active")) if data is not None else None
+    if written is not None:
+        stamps.append(written)
     for name in (SESSION_FILE, STATE_FILE):
         with contextlib.suppress(OSError):
             stamps.append((session_dir / name).stat().st_mtime)
     return max(stamps)
+
+
+def _seconds(value: object) -> float | None:
+    """A time a session file holds, or None for anything else (a string, an integer too large
+    for a float, infinity)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return None
+    return seconds if math.isfinite(seconds) else None
 
 
 def has_state(session_dir: Path) -> bool:
@@ -125,6 +162,7 @@ def session_record(session: Session) -> dict[str, Any]:
         "response_mode": session.response_mode,
         "client_info": session.client_info,
         "protocol_version": session.protocol_version,
+        "roots": session.roots.last,
         "created": session.created,
         "last_active": max(session.last_activity, time.time() - session.idle_for(time.monotonic())),
     }
@@ -144,11 +182,11 @@ def session_from_disk(
         return None
     params, info = data.get("initialize"), data.get("client_info")
     version = data.get("protocol_version")
-    return Session(
+    session = Session(
         session_id,
         response_mode=str(data.get("response_mode") or "full"),
         state=State.INTERRUPTED,
-        created=float(data.get("created") or active),
+        created=_seconds(data.get("created")) or active,
         last_activity=active,
         protocol_version=version if isinstance(version, str) else None,
         client_info=info if isinstance(info, dict) else {},
@@ -156,3 +194,8 @@ def session_from_disk(
         browser_used=has_state(session_dir),
         budget=budget,
     )
+    roots = roots_of(data.get("roots"))
+    if roots is not None:  # the first worker after the restart gets them, asked or not
+        session.roots.restore(roots)
+    keep_roots(session_dir, session)
+    return session
