@@ -9,6 +9,9 @@ Claude Code answers it by POST) under an id of the router's own, and its answer 
 worker. ``notifications/roots/list_changed`` (the spec: a client that declared ``listChanged``
 sends it when its roots change) forgets the answer; the next GET stream asks again.
 
+@playwright/mcp asks ``roots/list`` once per MCP session and ignores ``list_changed``: a worker
+session opened before a change works in the old roots until it is replaced (``worker_behind``).
+
 The roots the client gave last outlive a restart of the router (``session.json``,
 router/sessions/statefiles.py): a session taken up again knows them before the client's stream
 is back, and asks again once it is.
@@ -56,6 +59,8 @@ class ClientRoots:
         self._settled = anyio.Event()  # set once the client answered (roots, or an error)
         self._ids = itertools.count(1)
         self._on_new: Callable[[], None] | None = None
+        self._changes = 0  # notifications/roots/list_changed so far
+        self._worker_saw = 0  # how many of them had come when the worker's session was opened
 
     def on_new(self, callback: Callable[[], None]) -> None:
         """``callback`` runs whenever an answer brings roots other than the last ones (once per
@@ -101,8 +106,19 @@ class ClientRoots:
             self._settled.set()
         return True  # a stale answer of ours (asked before a change) is dropped too
 
+    def worker_opened(self) -> None:
+        """A worker session was opened for the client now: it takes the roots as they are now."""
+        self._worker_saw = self._changes
+
+    @property
+    def worker_behind(self) -> bool:
+        """The client's roots changed since its worker session was opened: that session works in
+        the old ones (@playwright/mcp asks at its first call only) until a new one replaces it."""
+        return self._worker_saw != self._changes
+
     def changed(self) -> None:
         """The client's roots changed: what we knew is stale, and so is a question in flight."""
+        self._changes += 1
         self.known = None
         self._asked = None
         if self._settled.is_set():

@@ -26,16 +26,12 @@ from router.sessions.roots import ROOTS_CHANGED
 from router.sessions.table import Session, State
 from tests.router.test_session_stream import HeldStream
 from tests.support import RawClient, ServeProcess, serve_process, spare_port, wait_for
+from tests.support.roots_client import CC_PARAMS, cc_session
 from workers.health import RestartBudget
 from workers.orphans import processes_for
 
 IDLE: Final = "1"  # seconds: the pause past the idle timeout
 QUIET: Final = ("--log-level", "warning", "--idle-timeout", IDLE, "--resume-reserve", "0")
-CC_PARAMS: Final = {
-    "protocolVersion": "2025-11-25",
-    "capabilities": {"roots": {"listChanged": True}, "elicitation": {}},
-    "clientInfo": {"name": "claude-code", "version": "2.0"},
-}
 TAG: Final = "project"
 KNOWN: Final = f"file:///{TAG}/router"  # the client's answer to the router's own roots/list
 SAVED_WITHIN: Final = 10.0
@@ -56,12 +52,8 @@ def uris(roots: Any) -> list[str]:
 def claude_code(url: str) -> Iterator[tuple[RawClient, HeldStream]]:
     """A session in Claude Code's shape: initialized, its GET stream held, the router's own
     ``roots/list`` answered on it. Never DELETEd."""
-    with RawClient(url) as client:
-        response = client.post({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": CC_PARAMS})
-        assert response.status_code == 200, response.text
-        client.session_id = response.headers["mcp-session-id"]
-        assert client.post({"jsonrpc": "2.0", "method": "notifications/initialized"}).status_code == 202
-        stream = HeldStream(url, client.session_id, TAG).start()
+    with cc_session(url) as client:
+        stream = HeldStream(url, client.session_id or "", TAG).start()
         try:
             yield client, stream
         finally:

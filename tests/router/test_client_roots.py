@@ -69,6 +69,47 @@ def test_a_change_forgets_them_and_a_stale_answer_is_dropped() -> None:
     assert roots.known is None and roots.question() is not None
 
 
+def test_roots_from_a_previous_run_are_known_and_asked_again() -> None:
+    """Restored from session.json: a worker asking now gets them, and the client's stream, once
+    back, is asked again; the same answer is no news, another is."""
+    roots = ClientRoots()
+    news: list[object] = []
+    roots.on_new(lambda: news.append(roots.last))
+    roots.restore(ROOTS)
+    assert roots.known_or_empty() == ROOTS
+    question = roots.question()
+    assert question is not None, "not asked again after a restart"
+    roots.take_answer(question["id"], {"result": {"roots": ROOTS}})
+    assert news == []
+    roots.changed()
+    assert roots.last == ROOTS, "the last roots forgotten before the client gave others"
+    question = roots.question()
+    assert question is not None
+    roots.take_answer(question["id"], {"result": {"roots": [{"uri": "file:///elsewhere"}]}})
+    assert news == [[{"uri": "file:///elsewhere"}]]
+
+
+def test_an_answer_that_is_no_roots_leaves_them_unknown() -> None:
+    roots = ClientRoots()
+    for bad in ([{"name": "no uri"}], [{"uri": 7}], ["file:///p"], {"uri": "file:///p"}):
+        roots.changed()
+        question = roots.question()
+        assert question is not None
+        roots.take_answer(question["id"], {"result": {"roots": bad}})
+        assert roots.known is None and roots.last is None, bad
+
+
+def test_a_worker_session_opened_before_a_change_is_behind_until_the_next_one() -> None:
+    roots = ClientRoots()
+    roots.worker_opened()
+    assert not roots.worker_behind
+    roots.changed()
+    assert roots.worker_behind, "a change left the worker's session as it was"
+    roots.changed()
+    roots.worker_opened()
+    assert not roots.worker_behind
+
+
 def test_a_stream_that_ends_before_the_answer_asks_again_on_the_next() -> None:
     roots = ClientRoots()
     assert roots.question() is not None

@@ -1,0 +1,91 @@
+"""Claude Code's project (its roots) through a real @playwright/mcp worker, which takes the roots
+once per MCP session, at its first call: a file saved by a relative name lands in the project.
+After a restart of the router, the first worker gets the project before the client's GET stream
+is back (session.json keeps it); after ``notifications/roots/list_changed``, the worker the
+session has already works in the new project from its next call on."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from router.sessions.roots import ROOTS_CHANGED
+from tests.support import RawClient, RouterThread, playwright_router, serve_process, spare_port, text_of, wait_for
+from tests.support.roots_client import ProjectStream, cc_session
+from workers.orphans import processes_for
+
+ANSWERED_WITHIN: Final = 10.0
+REAP_IDLE: Final = 2.0
+WORKER_GONE: Final = 30.0
+
+
+@pytest.fixture(scope="module")
+def router(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator[RouterThread]:
+    state = tmp_path_factory.mktemp("roots-lifecycle")
+    with playwright_router(state, chromium, idle_timeout=600) as shared:
+        yield shared
+
+
+@contextmanager
+def claude_code(url: str, project: Path) -> Iterator[tuple[RawClient, ProjectStream]]:
+    """A session in Claude Code's shape: roots declared, its GET stream held and answering
+    ``project``, the router's own roots/list answered. Never DELETEd here."""
+    with cc_session(url) as client:
+        stream = ProjectStream(url, client.session_id or "", project).start()
+        wait_for(lambda: stream.counts()[0] >= 1, timeout=ANSWERED_WITHIN)
+        yield client, stream
+
+
+def screenshot_lands_in(client: RawClient, project: Path, name: str) -> None:
+    answer = text_of(client.call("browser_take_screenshot", filename=name))
+    assert (project / name).is_file(), f"not saved in the client's project {project}:\n{answer}"
+
+
+@pytest.mark.xfail(strict=True, reason="needs the renewal hook in router/sessions/serving.py and continuity.py")
+def test_changed_roots_reach_the_worker_the_session_has(router: RouterThread, pages: str, tmp_path: Path) -> None:
+    before, after = tmp_path / "before", tmp_path / "after"
+    before.mkdir()
+    after.mkdir()
+    with claude_code(router.url, before) as (client, stream):
+        assert "- Page Title:" in text_of(client.call("browser_navigate", url=f"{pages}/"))
+        screenshot_lands_in(client, before, "first.png")
+        asked = stream.counts()[0]
+        stream.project = after  # the client's project moved: it says so
+        assert client.post({"jsonrpc": "2.0", "method": ROOTS_CHANGED}).status_code == 202
+        wait_for(lambda: stream.counts()[0] > asked, timeout=ANSWERED_WITHIN)  # the router asked again
+        screenshot_lands_in(client, after, "second.png")
+        assert "- Page URL:" in text_of(client.call("browser_snapshot")), "the page was lost on the way"
+        assert client.delete().status_code == 200
+        stream.join()
+
+
+def test_the_first_worker_after_a_restart_gets_the_project_with_the_stream_away(
+    state_dir: Path, chromium: str, pages: str, tmp_path: Path
+) -> None:
+    """Claude Code's conversation: a call, a pause past the idle timeout (the worker reaped), the
+    router killed and started again, and the next call before the client's stream is back."""
+    project = tmp_path / "project"
+    project.mkdir()
+    port = spare_port()
+    args = ("--log-level", "warning", "--idle-timeout", str(REAP_IDLE), "--resume-reserve", "0", "--warm-workers", "0")
+    with (
+        serve_process(state_dir, *args, port=port, browser=chromium) as server,
+        claude_code(server.url, project) as (client, stream),
+    ):
+        sid = client.session_id or ""
+        assert "- Page Title:" in text_of(client.call("browser_navigate", url=f"{pages}/"))
+        screenshot_lands_in(client, project, "before.png")
+        wait_for(lambda: not processes_for(state_dir, sid), timeout=WORKER_GONE)  # reaped
+        server.proc.send_signal(signal.SIGKILL)
+        server.proc.wait(timeout=10)
+        stream.join()
+
+    with serve_process(state_dir, *args, port=port, browser=chromium) as server, RawClient(server.url) as again:
+        again.session_id = sid
+        screenshot_lands_in(again, project, "after.png")  # no GET stream: the router answers for it
+        assert again.delete().status_code == 200
