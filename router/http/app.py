@@ -180,6 +180,7 @@ def create_app(settings: Settings) -> Starlette:
         cached_answer=manager.requests.cached_answer,
         renew_browser=manager.renew_browser,
         on_tool_answer=on_tool_answer,
+        browsers=manager.browsers,
         catalog=Catalog(
             ResourceCatalog(
                 records=lambda: recorder.records if recorder is not None else None,

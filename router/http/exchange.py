@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from router.catalog.answers import Catalog
     from router.operator.metrics import Metrics
     from router.record.recorder import Recorder
+    from router.sessions.browser_watch import BrowserWatches
     from router.sessions.table import Session
 
 log = logging.getLogger("mcp_router.calls")
@@ -54,6 +55,8 @@ class ExchangeHooks:
     on_tool_answer: Callable[[Session, dict[str, Any], Extracted], bool]
     # resources/* and prompts/*, answered from the record and the prompt files (router/catalog/).
     catalog: Catalog | None = None
+    # Told of each tool call done, so a browser that dies under its worker is noticed.
+    browsers: BrowserWatches | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -265,6 +268,8 @@ class Exchange:
             recorder.settle()
         if self.outcome is None:
             return
+        if self.is_tool_call and (browsers := self.hooks.browsers) is not None:
+            browsers.called(self.session)
         (status, ms), self.outcome = self.outcome, None
         if (metrics := self.hooks.metrics) is not None:
             metrics.call_done(self.message.method or "", self.message.tool_name, status, ms / 1000, self.timing)

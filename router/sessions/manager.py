@@ -32,6 +32,7 @@ from router.layout import StateLayout
 from router.sessions import statefiles
 from router.sessions.admission import Admission, RateLimit
 from router.sessions.bringup import BringUps, default_bring_ups, memory_below_floor, room_for_another_warm_worker
+from router.sessions.browser_watch import BrowserWatches
 from router.sessions.continuity import Continuity
 from router.sessions.handshake import HandshakeCache, probe
 from router.sessions.nodes import check_owner
@@ -137,6 +138,7 @@ class SessionManager:
             end=self.end,
             owns_directory=self._owns_directory,
         )
+        self.browsers = BrowserWatches(continuity=self.continuity, start_soon=self._start_soon)
         self.requests = RequestServing(
             continuity=self.continuity, pool=self.pool, upkeep=self.upkeep, handshakes=handshakes,
             bring_ups=self.bring_ups,

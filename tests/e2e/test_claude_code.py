@@ -56,6 +56,7 @@ from tests.support import (
     spare_port,
     wait_for,
 )
+from workers.browser import find_browser
 from workers.orphans import processes_for
 
 CC_CAPABILITIES: Final = {"roots": {"listChanged": True}, "elicitation": {"form": {}, "url": {}}}
@@ -131,6 +132,36 @@ def test_worker_kill_9_then_call(steady: RouterThread, pages: str, racing: bool)
             wait_for(lambda: worker_pid(base_of(steady), cc.session_id) != pid, timeout=WORKER_GONE)
         carries_on(cc, before, steady)
         assert worker_pid(base_of(steady), cc.session_id) not in (None, pid)
+
+
+def test_browser_killed_under_a_live_worker_then_call(steady: RouterThread, pages: str) -> None:
+    """Chromium dies (the OOM killer's usual pick) while node lives: Playwright would answer the
+    next call from a new browser on about:blank, without cookies or refs. The router restarts the
+    worker at once instead, and the next call carries on as after any crash."""
+    state = steady.settings.state_dir
+    restarts = steady.manager.browsers.restarts
+    with ClaudeCodeClient(steady.url) as cc:
+        before = sign_in(cc, pages, "oom")
+        wait_for(lambda: saved(state, cc.session_id, "oom"), timeout=SAVE_WAIT)
+        node = worker_pid(base_of(steady), cc.session_id)
+        assert node is not None
+        browser = find_browser(node)
+        assert browser is not None, "no browser under the worker after its first tool calls"
+        os.kill(browser, signal.SIGKILL)
+        wait_for(lambda: worker_pid(base_of(steady), cc.session_id) != node, timeout=WORKER_GONE)
+        assert steady.manager.browsers.restarts == restarts + 1
+        carries_on(cc, before, steady)
+        resumed = worker_pid(base_of(steady), cc.session_id)
+        assert resumed not in (None, node)
+        relaunched = find_browser(resumed)
+        assert relaunched is not None
+        os.kill(relaunched, signal.SIGKILL)  # the resumed worker's browser is watched too
+        wait_for(lambda: worker_pid(base_of(steady), cc.session_id) != resumed, timeout=WORKER_GONE)
+        assert steady.manager.browsers.restarts == restarts + 2
+        text, _ = cc.call("browser_snapshot", timeout=CALL_LIMIT)
+        assert f"- Page URL: {before.url}" in text and "crashed" in text, text  # reloaded, and told so
+        cookies, _ = cc.call("browser_evaluate", timeout=CALL_LIMIT, function="() => document.cookie")
+        assert "session=oom" in cookies, cookies
 
 
 def test_hibernation_then_call(steady: RouterThread, pages: str) -> None:

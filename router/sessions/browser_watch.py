@@ -1,0 +1,84 @@
+"""A browser that dies under a live worker ends that worker as a crash, so the session resumes.
+
+Left alone, Playwright MCP answers the next tool call from a new browser on ``about:blank``: the
+page, its session cookies and every ref the model holds are gone, and nothing says so. Treated as
+the worker's crash, the next call resumes the session as after any other (the saved cookies and
+tabs restored, the page re-loaded for its refs, the resume notice in the answer); a call in flight
+when it died is retried on the resumed worker, as under a worker that died (endpoint.py).
+
+The watch starts after a tool call, once Playwright has launched the browser (it does so at the
+first browser tool), and again after each call until one is found. No exit of it is asked for:
+``browser_close`` cannot close a context the worker shares with the router's own MCP session
+(``--shared-browser-context``, workers/spec.py), and Playwright answers it with an error.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING
+
+from workers.browser import BrowserProcess, find_browser
+
+if TYPE_CHECKING:
+    from router.http.proxy import WorkerConnection
+    from router.sessions.continuity import Continuity
+    from router.sessions.table import Session
+
+log = logging.getLogger("mcp_router.continuity")
+
+__all__ = ["BrowserWatches"]
+
+
+@dataclass(eq=False)
+class _Watched:
+    connection: WorkerConnection
+    browser: BrowserProcess
+
+
+class BrowserWatches:
+    def __init__(
+        self, *, continuity: Continuity, start_soon: Callable[[Callable[[], Awaitable[object]]], None]
+    ) -> None:
+        self.continuity = continuity
+        self.start_soon = start_soon  # the upkeep's: its task group ends every watch at shutdown
+        self._watched: dict[str, _Watched] = {}  # by session id; an entry leaves when its browser exits
+        self.restarts = 0  # workers ended because their browser died
+
+    def called(self, session: Session) -> None:
+        """A tool call is over: the session's browser is watched from now on, if it has one."""
+        connection = session.connection
+        if connection is None:
+            return
+        watched = self._watched.get(session.id)
+        if watched is not None and watched.connection is connection:
+            return
+        pid = find_browser(connection.worker.pid)
+        if pid is None:
+            return  # not launched yet: the first tool that needs a page does
+        try:
+            browser = BrowserProcess(pid)
+        except OSError:
+            return  # exited already: the next call looks for its successor
+        watched = self._watched[session.id] = _Watched(connection, browser)  # a left worker's goes
+        self.start_soon(partial(self._follow, session, watched))
+
+    async def _follow(self, session: Session, watched: _Watched) -> None:
+        try:
+            await watched.browser.exited()
+        finally:
+            watched.browser.close()
+            if self._watched.get(session.id) is watched:
+                del self._watched[session.id]
+        connection, worker = watched.connection, watched.connection.worker
+        if worker.stopping or session.connection is not connection or not worker.alive():
+            return  # the session left the worker, or the whole worker is ending
+        log.warning(
+            "browser exited under a live worker session=%s pid=%d browser_pid=%d; restarting the worker",
+            session.id, worker.pid, watched.browser.pid,
+        )  # fmt: skip
+        self.restarts += 1
+        self.continuity.crashed(session)  # at once: a call arriving now resumes instead
+        await self.continuity.end_worker(session, worker)
