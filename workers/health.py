@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Final
 
 import anyio
 
-from .ports import accepts
+from .ports import LOOPBACK
 
 if TYPE_CHECKING:
     from .supervisor import Worker
@@ -23,17 +23,44 @@ __all__ = ["HEALTH_FAILURES", "HEALTH_INTERVAL", "RestartBudget", "probe"]
 
 HEALTH_INTERVAL: Final = 30.0  # seconds between checks of one worker
 HEALTH_FAILURES: Final = 3  # failed checks in a row before the worker is restarted
-PROBE_TIMEOUT: Final = 2.0  # a listening socket accepts in microseconds; a wedged one never does
+# Node answers in milliseconds while its event loop runs, busy with a tool call or not; a stuck
+# loop never does. Three misses in a row (HEALTH_FAILURES) restart the worker.
+PROBE_TIMEOUT: Final = 5.0
+PROBE_PATH: Final = "/mcp-router-health"
+STATUS_LINE_MAX: Final = 1024  # bytes read for the status line at most
 
 
 async def probe(worker: Worker) -> bool:
-    """Alive and its port accepting. A busy node still accepts (the kernel does), so a long tool
-    call never fails this; a hung or port-less process does."""
+    """Alive, and its HTTP server answering within PROBE_TIMEOUT. A node busy with a long tool
+    call still answers (its event loop runs while it waits on the browser), so such a call never
+    fails this; a stopped process, or one whose event loop is stuck, does: the kernel still
+    accepts its connections into the listen backlog, so only an answer shows that it serves."""
     if not worker.alive():
         return False
     with anyio.move_on_after(PROBE_TIMEOUT):
-        return await accepts(worker.port)
+        return await _answers_http(worker.port, worker.host_header)
     return False
+
+
+async def _answers_http(port: int, host_header: str) -> bool:
+    """True when the HTTP server on the loopback ``port`` answers a request, whatever its status."""
+    try:
+        stream = await anyio.connect_tcp(LOOPBACK, port)
+    except OSError:
+        return False
+    try:
+        # A path the worker does not serve: its answer (404, or 403 for a Host it refuses) does
+        # nothing there, and costs less than any MCP request would.
+        request = f"GET {PROBE_PATH} HTTP/1.1\r\nHost: {host_header}\r\nConnection: close\r\n\r\n"
+        await stream.send(request.encode())
+        head = b""
+        while b"\r\n" not in head and len(head) < STATUS_LINE_MAX:
+            head += await stream.receive()
+        return head.startswith(b"HTTP/1.")
+    except (OSError, anyio.EndOfStream, anyio.BrokenResourceError):
+        return False
+    finally:
+        await stream.aclose()
 
 
 class RestartBudget:

@@ -2,26 +2,44 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import router.sessions.upkeep
+import workers.health
 from router.sessions.table import State
-from tests.support import RawClient, RouterThread, initialize_body, router_settings, wait_for
+from tests.support import RawClient, RouterThread, initialize_body, router_settings, wait_for, whoami
 from workers.orphans import processes_for
 
 BUDGET_WINDOW = 60.0
 PASSED_WINDOW = 0.01
 DYING_FOR = 0.3  # from the reset to the exit: well inside the endpoint's DEATH_WAIT
 LIVES_ON_FOR = 30.0  # well past it
+QUICK_HEALTH = 0.2  # seconds between health checks
+QUICK_PROBE = 0.5  # a live stand-in answers in milliseconds
+WEDGED_WITHIN = 20.0  # three missed probes, the restart and the call's resend, on a loaded machine
+LONG_CALL = 2.0
 
 
 def _state(router: RouterThread, client: RawClient) -> State | None:
     session = router.manager.sessions.get(client.session_id)
     return None if session is None else session.state
+
+
+def _gone(pid: int) -> bool:
+    """Exited and reaped (the supervisor reaps its children)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
 
 
 def _crash(router: RouterThread, client: RawClient) -> None:
@@ -83,6 +101,52 @@ def test_three_failed_health_checks_restart_the_worker(state_dir: Path, monkeypa
         after = c.text("whoami")
         assert after != before  # a new process (same derived port)
         assert after.split()[1] == before.split()[1]
+        c.delete()
+
+
+def test_a_stopped_worker_fails_its_health_checks_and_its_call_is_answered_by_a_new_one(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stopped node (or one whose event loop is stuck) still has its connections accepted by the
+    # kernel: only an HTTP answer tells it from a live one. Its call would wait for ever.
+    monkeypatch.setattr(workers.health, "PROBE_TIMEOUT", QUICK_PROBE)
+    settings = router_settings(state_dir, health_interval=QUICK_HEALTH, restart_backoff=[0.05])
+    with RouterThread(settings) as r, RawClient(r.url) as c, ThreadPoolExecutor(1) as pool:
+        c.initialize()
+        wedged = whoami(c)["pid"]
+        os.kill(wedged, signal.SIGSTOP)
+        try:
+            stuck = pool.submit(c.text, "whoami")  # sent to the stopped worker: never answered by it
+            wait_for(lambda: _state(r, c) is not State.LIVE or _gone(wedged), timeout=WEDGED_WITHIN)
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # a group being ended must not stay stopped
+                os.kill(wedged, signal.SIGCONT)
+        answered = stuck.result(timeout=WEDGED_WITHIN)
+        assert answered.startswith("pid=") and f"pid={wedged} " not in answered
+        assert _gone(wedged)
+        c.delete()
+
+
+def test_a_worker_busy_with_a_long_call_passes_its_health_checks(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(workers.health, "PROBE_TIMEOUT", QUICK_PROBE)
+    answered: list[bool] = []
+
+    async def counted_probe(worker: Any) -> bool:
+        answered.append(await workers.health.probe(worker))
+        return answered[-1]
+
+    monkeypatch.setattr(router.sessions.upkeep, "probe", counted_probe)
+    settings = router_settings(state_dir, health_interval=QUICK_HEALTH)
+    with RouterThread(settings) as r, RawClient(r.url) as c:
+        c.initialize()
+        before = whoami(c)["pid"]
+        checked = len(answered)
+        # Long enough for several checks, each of which the worker answers while it sleeps.
+        assert c.text("slow", seconds=LONG_CALL) != ""
+        assert len(answered) >= checked + 3 and all(answered), answered
+        assert whoami(c)["pid"] == before and _state(r, c) is State.LIVE
         c.delete()
 
 
