@@ -24,6 +24,9 @@ REF_META_KEY: Final = "mcp-router/refId"
 JSON: Final = "application/json"
 SSE: Final = "text/event-stream"
 
+# Either side's word that it gave up on a request it sent (params.requestId names it).
+CANCELLED: Final = "notifications/cancelled"
+
 # Revisions with a session handshake; 2026-07-28 is sessionless and is answered with 400 so
 # clients fall back to initialize.
 HANDSHAKE_VERSIONS: Final = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"})

@@ -9,6 +9,7 @@ one (endpoint.py), so the client gets 202 as if it had been delivered.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Final
 
@@ -21,18 +22,18 @@ from router.http.upstream import UpstreamError
 from router.http.worker_faults import unreachable, worker_died
 from router.sessions.roots import ROOTS_CHANGED
 from router.sessions.table import Session
+from router.types import CANCELLED
 
 log = logging.getLogger("mcp_router.endpoint")
 
 ROUTER_ANSWERED_NOTIFICATIONS: Final = frozenset({"notifications/initialized"})
-CANCELLED: Final = "notifications/cancelled"
 SESSION_LOST: Final = 404  # what a worker answers for an MCP session it closed
 
 
 async def forward_one_way(session: Session, scope: Scope, message: ClientMessage, send: Send) -> None:
     """Notifications and the client's answers to the worker's requests: 202, no body.
 
-    An answer goes to the worker that asked; one for a worker that is gone is dropped."""
+    An answer goes to the worker session that asked; one for a worker session that is gone is dropped."""
     if message.kind is Kind.RESPONSE and session.roots.take_answer(message.id, message.body):
         await send_accepted(send, session)  # the router asked it (router/sessions/roots.py)
         return
@@ -42,11 +43,21 @@ async def forward_one_way(session: Session, scope: Scope, message: ClientMessage
     if message.method == CANCELLED:
         # A request not sent yet is then never sent (endpoint.py); one sent hears of it below.
         session.requests.cancel(message.params.get("requestId"))
-    connection = session.connection
-    asker = session.asked.pop(message.id, None) if message.kind is Kind.RESPONSE else None
+    connection, raw = session.connection, message.raw
+    if message.kind is Kind.RESPONSE and session.asked.ours(message.id):
+        # The worker's request, under the id the client saw: back under the worker's own, to
+        # the worker session that asked, if it is still the session's. Else it is dropped: a
+        # session reopened on the same worker numbers from 0 again and would take it for the
+        # answer to a request of its own.
+        asker = session.asked.take(message.id)
+        if asker is None or not asker.is_from(connection, session.worker_session_id):
+            await send_accepted(send, session)
+            return
+        raw = json.dumps({**message.body, "id": asker.request_id}).encode()
+    # An answer under an id the router did not give goes to the worker as it is: one to a request
+    # the worker made on a POST's answer stream, whose id the client saw unchanged.
     if (
         connection is None  # a dormant session: nothing there to notify or answer, no reason to wake it
-        or (asker is not None and asker is not connection)
         or message.method in ROUTER_ANSWERED_NOTIFICATIONS  # the replayed handshake sent its own
     ):
         await send_accepted(send, session)
@@ -55,7 +66,7 @@ async def forward_one_way(session: Session, scope: Scope, message: ClientMessage
         scope["headers"], host=connection.host_header, worker_session_id=session.worker_session_id
     )
     try:
-        upstream = await connection.send("POST", headers, message.raw)
+        upstream = await connection.send("POST", headers, raw)
         body = await upstream.aread()
         await upstream.aclose()
     except UpstreamError as exc:

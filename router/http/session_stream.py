@@ -6,7 +6,9 @@ one (first use, resume after a reap, a crash, a hibernation or a router restart,
 client's), it is joined to that worker session's own stream at once, leaving the old one, so
 the worker's pings and ``roots/list`` reach the client before its first call needs the answer.
 No worker is ever spawned for a GET. A new GET from the client takes over from an old one it has
-given up on (a worker accepts one stream per session).
+given up on (a worker accepts one stream per session). The worker's requests reach the client under
+ids of the session's own (router/sessions/asked.py). A worker session the worker ended (its GET
+answered 404) is noted at once: the next request reopens one instead of waiting for this relay.
 """
 
 from __future__ import annotations
@@ -20,17 +22,21 @@ from typing import Any, Final
 import anyio
 from starlette.types import Receive, Scope, Send
 
+from router.http.one_way import SESSION_LOST
 from router.http.proxy import WorkerConnection, upstream_headers
-from router.http.sse import KEEPALIVE_COMMENT, EventSplitter, EventTooLarge, encode_event, event_json
+from router.http.sse import KEEPALIVE_COMMENT, EventSplitter, EventTooLarge, encode_event, event_id, event_json
 from router.http.streaming import Writer, run_stream, send_start
 from router.http.upstream import UpstreamError
 from router.sessions.table import ENDED, Session
-from router.types import H_SESSION_ID, SSE_HEADERS
+from router.types import CANCELLED, H_SESSION_ID, SSE_HEADERS
 
 log = logging.getLogger("mcp_router.streams")
 
-# A worker's GET stream that ended while the worker lives on is reopened after this pause.
+# A worker's GET stream that ended while the worker lives on is reopened at most once per this.
 STREAM_REOPEN_DELAY: Final = 1.0
+# What every event that is a request (its "id") or a cancel holds, found without parsing it.
+_ID_MARK: Final = b'"id"'
+_CANCEL_MARK: Final = CANCELLED.encode()
 
 
 class SessionStream:
@@ -78,9 +84,15 @@ class SessionStream:
             changed = session.worker_changed
             connection, worker_session_id = session.connection, session.worker_session_id
             if connection is not None and worker_session_id is not None:
+                began = anyio.current_time()
                 await self._relay_worker_stream(session, scope, connection, worker_session_id, writer)
-                if session.connection is connection:  # the worker lives on: do not spin
-                    with anyio.move_on_after(STREAM_REOPEN_DELAY):
+                if session.knows_worker_session_lost:
+                    await changed.wait()  # nothing to relay until a request reopens one
+                elif session.connection is connection:
+                    # The worker lives on: tried again at once after a stream that stood (the
+                    # worker may have ended its session: the 404 says so before the next request
+                    # waits for a relay), but not more often than this, so as not to spin.
+                    with anyio.CancelScope(deadline=began + STREAM_REOPEN_DELAY):
                         await changed.wait()
                 continue
             async with anyio.create_task_group() as tg:
@@ -113,6 +125,8 @@ class SessionStream:
         try:
             if upstream.status_code != 200:
                 log.debug("worker refused the GET stream session=%s status=%d", session.id, upstream.status_code)
+                if upstream.status_code == SESSION_LOST and session.connection is connection:
+                    session.worker_session_lost(worker_session_id)
                 return
             if session.connection is connection and session.worker_session_id == worker_session_id:
                 ready = session.relay_ready
@@ -126,7 +140,8 @@ class SessionStream:
 
                 tg.start_soon(leave_when_switched)
                 try:
-                    await _relay_events(session, connection, _after(rest, upstream.aiter_raw()), writer)
+                    chunks = _after(rest, upstream.aiter_raw())
+                    await _relay_events(session, connection, worker_session_id, chunks, writer)
                 except UpstreamError:
                     pass  # the worker went away: the client's stream stays, waiting for the next one
                 except Exception as exc:  # re-raised outside the task group, unwrapped
@@ -143,10 +158,12 @@ class SessionStream:
 
 
 async def _relay_events(
-    session: Session, connection: WorkerConnection, chunks: AsyncIterator[bytes], writer: Writer
+    session: Session, connection: WorkerConnection, worker_session_id: str, chunks: AsyncIterator[bytes],
+    writer: Writer,
 ) -> None:
-    """A worker's stream, whole events, into the client's; the worker's requests noted, so that
-    the client's answers go back to the worker that asked."""
+    """A worker's stream, whole events, into the client's; the worker's requests under ids of the
+    session's own (router/sessions/asked.py), so that the client's answers go back to the worker
+    session that asked, and only to it."""
     splitter = EventSplitter()
     async for chunk in chunks:
         try:
@@ -156,13 +173,25 @@ async def _relay_events(
             events = exc.events
         if not events:
             continue
-        for event in events:
-            payload = event_json(event)
-            if isinstance(payload, dict) and "method" in payload and "id" in payload:
-                session.note_asked(payload["id"], connection)
+        # Parsed only when it may be a request or a cancel of one; the rest goes as it came.
+        relayed = [
+            _renumbered(session, connection, worker_session_id, event)
+            if _ID_MARK in event or _CANCEL_MARK in event
+            else event
+            for event in events
+        ]
         # Cut short only before a write or after it, never within: uvicorn writes a body
         # whole once it stops waiting for the socket, so the client never gets half an event.
-        await writer(b"".join(events))
+        await writer(b"".join(relayed))
+
+
+def _renumbered(session: Session, connection: WorkerConnection, worker_session_id: str, event: bytes) -> bytes:
+    """``event`` with the worker's request id (or the one its cancel names) replaced by the id the
+    client sees; unchanged when it is neither."""
+    payload = event_json(event)
+    if not (isinstance(payload, dict) and session.asked.renumber(payload, connection, worker_session_id)):
+        return event
+    return encode_event(json.dumps(payload).encode(), event_id(event))
 
 
 async def _switched_from(session: Session, connection: WorkerConnection, worker_session_id: str) -> None:

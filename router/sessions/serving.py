@@ -64,9 +64,8 @@ class RequestServing:
         url_before = session.current_url
         try:
             started = await self.ensure_worker(session)
-            if session.stream.held and not session.relay_ready.is_set():
-                with anyio.move_on_after(RELAY_WAIT):
-                    await session.relay_ready.wait()
+            if session.stream.held and not session.relay_ready.is_set():  # else no wait, at no cost
+                await self._relay_joined(session)
             yield started
         finally:  # a call that failed after its tool ran may have changed the browser too
             if tool.startswith("browser_") and session.connection is not None:
@@ -75,6 +74,19 @@ class RequestServing:
                 # login's redirect landing during browser_wait_for sets the session cookie).
                 if not self.handshakes.read_only(tool) or session.current_url != url_before:
                     self.upkeep.schedule_save(session)
+
+    async def _relay_joined(self, session: Session) -> None:
+        """Waits (RELAY_WAIT at most) until the client's GET stream, if it has one, relays the
+        worker session's: the worker asks its roots there. A worker session that stream found
+        gone (the worker ended it, as after a ping unanswered while the stream was away) is
+        reopened at once, the request sent on the new one, rather than waited for in vain."""
+        with anyio.move_on_after(RELAY_WAIT):
+            # Each switch of worker session replaces the events: the current ones are waited for.
+            while session.stream.held and not (session.relay_ready.is_set() or session.knows_worker_session_lost):
+                await _first_of(session.relay_ready, session.relay_lost, session.worker_changed)
+        connection = session.connection
+        if session.knows_worker_session_lost and connection is not None:
+            await self.reopen_worker_session(session, connection, lost=session.lost_worker_session)
 
     async def ensure_worker(self, session: Session) -> bool:
         """True when a worker was started (spawned or resumed) for the session just now."""
@@ -143,3 +155,15 @@ class RequestServing:
             with anyio.move_on_after(RELAY_WAIT):
                 await session.relay_ready.wait()
         return True
+
+
+async def _first_of(*events: anyio.Event) -> None:
+    """Returns once any of ``events`` is set."""
+    async with anyio.create_task_group() as tg:
+
+        async def wait(event: anyio.Event) -> None:
+            await event.wait()
+            tg.cancel_scope.cancel()
+
+        for event in events:
+            tg.start_soon(wait, event)

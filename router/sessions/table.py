@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from router.http.errors import BadRequest
+from router.sessions.asked import WorkerQuestions
 from router.sessions.outbox import Outbox
 from router.sessions.roots import ClientRoots, declares_roots
 from router.sessions.unrestored import Unrestored
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from router.sessions.control import ControlSession
     from router.sessions.prepared_stream import PreparedStream
 
-MAX_ASKED = 64  # the worker's open requests to the client we remember, to route the answers
 SESSION_ID_BYTES = 24  # 192 random bits, 32 URL-safe characters
 MAX_SESSION_ID_LENGTH = 128
 NODE_SEPARATOR = "."  # never in a random part (URL-safe base64) nor in a node id
@@ -102,8 +102,13 @@ class Session:
     worker_changed: anyio.Event = field(default_factory=anyio.Event)
     # Set once the client's GET stream is joined to the current worker's (see worker_switched).
     relay_ready: anyio.Event = field(default_factory=anyio.Event)
-    # Ids of requests the worker sent the client (pings, roots/list) -> the worker that asked.
-    asked: dict[Any, WorkerConnection] = field(default_factory=dict)
+    # The worker session the client's GET stream found gone (the worker answered its GET with 404):
+    # the next request reopens one at once (serving.py) instead of waiting for a relay that cannot
+    # stand, and ``relay_lost`` wakes one that waits already.
+    lost_worker_session: str | None = None
+    relay_lost: anyio.Event = field(default_factory=anyio.Event)
+    # The requests the worker sent the client (pings, roots/list), under the ids the client saw.
+    asked: WorkerQuestions = field(default_factory=WorkerQuestions)
     # The client's requests in flight, by id, and which of them it cancelled meanwhile.
     requests: ClientRequests = field(default_factory=lambda: ClientRequests())
     stream: StreamSlot = field(default_factory=lambda: StreamSlot())
@@ -164,11 +169,17 @@ class Session:
         self.worker_changed.set()
         self.worker_changed = anyio.Event()
         self.relay_ready = anyio.Event()
+        self.relay_lost = anyio.Event()
 
-    def note_asked(self, request_id: Any, connection: WorkerConnection) -> None:
-        self.asked[request_id] = connection
-        while len(self.asked) > MAX_ASKED:
-            self.asked.pop(next(iter(self.asked)))
+    def worker_session_lost(self, worker_session_id: str) -> None:
+        """The worker answered 404 for ``worker_session_id``: noted if it is still the current one."""
+        if worker_session_id == self.worker_session_id:
+            self.lost_worker_session = worker_session_id
+            self.relay_lost.set()
+
+    @property
+    def knows_worker_session_lost(self) -> bool:
+        return self.worker_session_id is not None and self.lost_worker_session == self.worker_session_id
 
     @contextmanager
     def client_request(self, request_id: JsonRpcId) -> Iterator[None]:

@@ -1,17 +1,26 @@
 """Edges of a Claude-Code-shaped conversation through the real @playwright/mcp worker: a
-notification after the worker lost the client's MCP session, a large request header, two
+notification after the worker lost the client's MCP session, the worker sessions' requests under
+ids never used twice, a call right after the worker ended the session, a large request header, two
 requests under one id, a call cancelled before it reached the worker."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from typing import Any, Final
 
 import httpx
+import pytest
 
 from router.http.exchange import REQUEST_CANCELLED
 from router.http.limits import MAX_HEAD_BYTES
+from router.sessions.roots import ROUTER_ID_PREFIX
+from router.sessions.serving import RELAY_WAIT
 from router.sessions.table import Session
+from tests.e2e.cc_steps import CALL_LIMIT, PINGS_WITHIN
+from tests.e2e.claude_code import ClaudeCodeClient
+from tests.router.test_lost_worker_session import refused_as_lost
+from tests.router.test_worker_session_reopen import forget_worker_session
 from tests.support import RawClient, RouterThread, messages_of, text_of, wait_for, wait_recorded
 from tests.support.in_thread import cancelled_while_waiting, post_in_thread
 
@@ -65,6 +74,59 @@ def test_a_notification_after_the_worker_lost_the_session_is_202(pw_router: Rout
         assert "result" in c.call("browser_tabs", action="list")  # through a reopened worker session
         assert session.connection is connection  # on the same worker
         c.delete()
+
+
+def worker_requests(status: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(method, id) of each request the workers sent the client on its GET stream, in order."""
+    return [
+        (event["method"], event["id"])
+        for event in status["events"]
+        if event["kind"] == "server_request" and event["via"] == "get"
+        and not str(event["id"]).startswith(ROUTER_ID_PREFIX)
+    ]  # fmt: skip
+
+
+def roots_asked(status: dict[str, Any]) -> int:
+    return sum(1 for method, _ in worker_requests(status) if method == "roots/list")
+
+
+def test_two_worker_sessions_ask_the_client_under_ids_never_used_twice(pw_router: RouterThread) -> None:
+    """The worker forgot the client's MCP session and the router opened another there, which
+    numbers its requests from 0 again: the client used to see its roots/list and pings under the
+    first one's ids (the spec: never twice within a session)."""
+    with ClaudeCodeClient(pw_router.url) as cc:
+        cc.call("browser_tabs", action="list", timeout=CALL_LIMIT)
+        cc.wait_status(lambda s: roots_asked(s) >= 1, timeout=PINGS_WITHIN, what="the worker session's roots/list")
+        session = pw_router.manager.sessions.get(cc.session_id)
+        assert session is not None
+        forgotten = forget_worker_session(session)
+        text, _ = cc.call("browser_tabs", action="list", timeout=CALL_LIMIT)
+        assert "### Error" not in text, text
+        assert session.worker_session_id != forgotten
+        status = cc.wait_status(lambda s: roots_asked(s) >= 2, timeout=PINGS_WITHIN, what="the new one's roots/list")
+        ids = [request_id for _, request_id in worker_requests(status)]
+        assert len(ids) == len(set(ids)), worker_requests(status)
+
+
+def test_the_call_after_the_worker_ended_the_session_is_not_held_for_the_relay(
+    pw_router: RouterThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Claude Code holds its GET stream; the worker ends the client's MCP session (as after a
+    ping that went unanswered): the stream's next GET to the worker gets 404, and the next call
+    goes to a new worker session at once instead of waiting RELAY_WAIT for a relay first."""
+    with ClaudeCodeClient(pw_router.url) as cc:
+        cc.call("browser_tabs", action="list", timeout=CALL_LIMIT)
+        session = pw_router.manager.sessions.get(cc.session_id)
+        assert session is not None
+        with caplog.at_level(logging.DEBUG, logger="mcp_router.streams"):
+            forget_worker_session(session)
+            wait_for(lambda: refused_as_lost(cc.session_id) in caplog.text, timeout=PINGS_WITHIN)
+            text, seconds = cc.call("browser_tabs", action="list", timeout=CALL_LIMIT)
+        assert "### Error" not in text, text
+        # Before, the call waited all of RELAY_WAIT before it was even sent; what it takes now is a
+        # new worker session's first call (its roots/list across the client's stream, the attach
+        # to the browser): ~0.1 s alone, up to ~1 s on a loaded 2-core machine.
+        assert seconds < RELAY_WAIT, f"the call took {seconds:.2f} s"
 
 
 def test_a_call_with_a_large_header_is_answered_and_recorded(pw_router: RouterThread) -> None:
