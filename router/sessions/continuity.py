@@ -277,6 +277,7 @@ class Continuity:
         except ControlError as exc:
             log.warning("worker session lost and not reopened session=%s: %s", session.id, exc)
             return False
+        session.roots.worker_opened()
         session.asked.clear()
         session.worker_has_roots = False
         self._drop_held(session)  # the old worker session's
@@ -301,6 +302,7 @@ class Continuity:
     ) -> None:
         session.connection = connection
         session.worker_session_id = worker_session_id
+        session.roots.worker_opened()
         session.control = control
         session.state = State.LIVE
         session.health_failures = 0

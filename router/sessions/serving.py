@@ -64,6 +64,8 @@ class RequestServing:
         url_before = session.current_url
         try:
             started = await self.ensure_worker(session)
+            if not started and session.roots.worker_behind and session.stream.held and session.in_flight == 1:
+                await self.renew_for_roots(session)
             if session.stream.held and not session.relay_ready.is_set():  # else no wait, at no cost
                 await self._relay_joined(session)
             yield started
@@ -121,6 +123,19 @@ class RequestServing:
                     self.pool.expect_roots(session.roots.known)
                 return True
         return False
+
+    async def renew_for_roots(self, session: Session) -> None:
+        """The client's roots changed since its worker session was opened: @playwright/mcp took
+        them at that session's first call and ignores list_changed, so a new session on the same
+        worker takes them (it asks the client on its stream; the page stays, the context being
+        shared). The old one is left to the worker, not ended: a DELETE of it makes Playwright
+        close the browser, page and all. Only with the client's stream there to answer, and no
+        other request of the client's on the old session."""
+        connection, old = session.connection, session.worker_session_id
+        if connection is None or old is None:
+            return
+        if await self.reopen_worker_session(session, connection) and session.worker_session_id != old:
+            log.info("worker session renewed for the client's new roots session=%s", session.id)
 
     async def replace_dead_worker(self, session: Session, connection: WorkerConnection) -> WorkerConnection:
         """The worker died under a request (refused it, or broke and exited): treat it as crashed

@@ -46,7 +46,6 @@ def screenshot_lands_in(client: RawClient, project: Path, name: str) -> None:
     assert (project / name).is_file(), f"not saved in the client's project {project}:\n{answer}"
 
 
-@pytest.mark.xfail(strict=True, reason="needs the renewal hook in router/sessions/serving.py and continuity.py")
 def test_changed_roots_reach_the_worker_the_session_has(router: RouterThread, pages: str, tmp_path: Path) -> None:
     before, after = tmp_path / "before", tmp_path / "after"
     before.mkdir()
@@ -59,7 +58,8 @@ def test_changed_roots_reach_the_worker_the_session_has(router: RouterThread, pa
         assert client.post({"jsonrpc": "2.0", "method": ROOTS_CHANGED}).status_code == 202
         wait_for(lambda: stream.counts()[0] > asked, timeout=ANSWERED_WITHIN)  # the router asked again
         screenshot_lands_in(client, after, "second.png")
-        assert "- Page URL:" in text_of(client.call("browser_snapshot")), "the page was lost on the way"
+        page = text_of(client.call("browser_snapshot"))
+        assert f"- Page URL: {pages}/" in page, f"the page was lost on the way:\n{page}"
         assert client.delete().status_code == 200
         stream.join()
 

@@ -89,6 +89,17 @@ def test_roots_from_a_previous_run_are_known_and_asked_again() -> None:
     assert news == [[{"uri": "file:///elsewhere"}]]
 
 
+def test_a_session_taken_up_again_never_asks_under_an_id_it_used_before() -> None:
+    first, again = ClientRoots(), ClientRoots()  # one session, before and after a restart
+    again.restore([{"uri": "file:///p"}])
+    asked = [first.question(), again.question()]
+    assert all(q is not None for q in asked)
+    ids = [q["id"] for q in asked if q is not None]
+    assert ids[0] != ids[1]
+    assert again.take_answer(ids[1], {"result": {"roots": [{"uri": "file:///q"}]}})
+    assert again.known == [{"uri": "file:///q"}]
+
+
 def test_an_answer_that_is_no_roots_leaves_them_unknown() -> None:
     roots = ClientRoots()
     for bad in ([{"name": "no uri"}], [{"uri": 7}], ["file:///p"], {"uri": "file:///p"}):

@@ -28,11 +28,6 @@ from workers.orphans import processes_for
 
 ASKED_WITHIN: Final = 10.0
 # Until serving.py replaces a worker session whose roots are behind (RequestServing.renew_for_roots).
-NEEDS_RENEWAL: Final = pytest.mark.xfail(
-    strict=True, reason="needs the renewal hook in router/sessions/serving.py and continuity.py"
-)
-
-
 @pytest.fixture(scope="module")
 def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterThread]:
     state = tmp_path_factory.mktemp("roots-changed")
@@ -72,7 +67,6 @@ def test_a_worker_that_asks_again_gets_the_new_roots_from_the_client(router: Rou
         stream.join()
 
 
-@NEEDS_RENEWAL
 def test_the_next_call_after_a_change_gets_a_new_worker_session_once(router: RouterThread) -> None:
     """@playwright/mcp's way: the roots a session took at its first call are its roots for good,
     so the session the client's calls go to is replaced, once per change, never without one."""
@@ -92,7 +86,6 @@ def test_the_next_call_after_a_change_gets_a_new_worker_session_once(router: Rou
         stream.join()
 
 
-@NEEDS_RENEWAL
 def test_no_renewal_while_the_clients_stream_is_away(router: RouterThread) -> None:
     """A change heard with the client's stream away: a new worker session could not ask the
     client, and would be answered with no roots. The old one stays until the stream is back."""
