@@ -15,7 +15,7 @@ import pytest
 import router.sessions.upkeep
 import workers.health
 from router.sessions.table import State
-from tests.support import RawClient, RouterThread, initialize_body, router_settings, wait_for, whoami
+from tests.support import RawClient, RouterThread, dead, initialize_body, router_settings, wait_for, whoami
 from workers.orphans import processes_for
 
 BUDGET_WINDOW = 60.0
@@ -31,15 +31,6 @@ LONG_CALL = 2.0
 def _state(router: RouterThread, client: RawClient) -> State | None:
     session = router.manager.sessions.get(client.session_id)
     return None if session is None else session.state
-
-
-def _gone(pid: int) -> bool:
-    """Exited and reaped (the supervisor reaps its children)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def _crash(router: RouterThread, client: RawClient) -> None:
@@ -117,13 +108,13 @@ def test_a_stopped_worker_fails_its_health_checks_and_its_call_is_answered_by_a_
         os.kill(wedged, signal.SIGSTOP)
         try:
             stuck = pool.submit(c.text, "whoami")  # sent to the stopped worker: never answered by it
-            wait_for(lambda: _state(r, c) is not State.LIVE or _gone(wedged), timeout=WEDGED_WITHIN)
+            wait_for(lambda: _state(r, c) is not State.LIVE or dead(wedged), timeout=WEDGED_WITHIN)
         finally:
             with contextlib.suppress(ProcessLookupError):  # a group being ended must not stay stopped
                 os.kill(wedged, signal.SIGCONT)
         answered = stuck.result(timeout=WEDGED_WITHIN)
         assert answered.startswith("pid=") and f"pid={wedged} " not in answered
-        assert _gone(wedged)
+        assert dead(wedged)
         c.delete()
 
 

@@ -115,14 +115,6 @@ def worker_pid(base: str, session_id: str) -> int | None:
     return pid
 
 
-def dead(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return True
-    return state in ("Z", "X")
-
-
 def saved(state_dir: Path, session_id: str, needle: str) -> bool:
     """The session's saved browser state holds ``needle``: what survives a kill."""
     try:

@@ -16,7 +16,7 @@ import router.sessions.upkeep
 import workers.health
 from tests.e2e.cc_steps import WORKER_GONE, base_of, carries_on, saved, sign_in, worker_pid
 from tests.e2e.claude_code import ClaudeCodeClient
-from tests.support import RouterThread, playwright_router, wait_for
+from tests.support import RouterThread, dead, playwright_router, wait_for
 
 HEALTH_EVERY: Final = 0.3  # seconds between checks
 PROBE_WITHIN: Final = 1.0  # node answers in milliseconds, on this loaded machine too
@@ -68,12 +68,6 @@ def test_a_stopped_worker_is_restarted_and_the_conversation_carries_on(checked: 
                 os.killpg(node, signal.SIGCONT)
         carries_on(cc, before, checked)
         assert worker_pid(base_of(checked), cc.session_id) not in (None, node)
-        wait_for(lambda: _gone(node), timeout=WORKER_GONE)
+        wait_for(lambda: dead(node), timeout=WORKER_GONE)
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False

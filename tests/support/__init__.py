@@ -14,6 +14,7 @@ from tests.support.client import (
     whoami,
 )
 from tests.support.pages import PAGES, serve_pages
+from tests.support.procs import dead
 from tests.support.routers import (
     FAKE_WORKER,
     FAKE_WORKER_COMMAND,
@@ -46,6 +47,7 @@ __all__ = [
     "asgi_in_thread",
     "async_wait_for",
     "auth_headers",
+    "dead",
     "find_ref",
     "initialize_body",
     "iter_sse",
