@@ -249,23 +249,31 @@ class McpEndpoint:
             headers = upstream_headers(scope["headers"], host=worker.host_header, worker_session_id=sent_to)
             return await worker.send("POST", headers, message.raw, sent=exchange.record_request)
 
-        try:
-            upstream = await send_to(connection)
-        except UpstreamError as exc:
-            # A worker that died a moment ago answered nothing (it may have started the call), so
-            # the request goes to a resumed worker instead, as the call's one retry (the exit may
-            # not have been noticed yet); one that lives on broke mid-request: 502.
-            if not await worker_died(connection, exc):
-                raise
-            return await send_to(await self.manager.requests.replace_dead_worker(session, connection))
+        async def send_or_resume(worker: WorkerConnection) -> UpstreamResponse:
+            try:
+                return await send_to(worker)
+            except UpstreamError as exc:
+                # A worker that died a moment ago answered nothing (it may have started the call),
+                # so the request goes to a resumed worker instead, as the call's one retry (the
+                # exit may not have been noticed yet); one that lives on broke mid-request: 502.
+                if not await worker_died(worker, exc):
+                    raise
+                return await send_to(await self.manager.requests.replace_dead_worker(session, worker))
+
+        upstream = await send_or_resume(connection)
         if upstream.status_code != SESSION_LOST:
             return upstream
         # The worker ended our MCP session (a ping that went unanswered while the client's stream
         # was away) but lives on, browser and all: nothing was done, so a new session may redo it.
         await upstream.aclose()
-        if not await self.manager.requests.reopen_worker_session(session, connection, lost=sent_to):
+        reopened = await self.manager.requests.reopen_worker_session(session, connection, lost=sent_to)
+        if not reopened and session.connection is connection:
             raise WorkerUnreachable("Worker lost the session and refused a new one", data={"session": session.id})
-        return await send_to(session.connection or connection)  # replaced meanwhile: the new one
+        if session.connection is None:
+            # The session left that worker meanwhile (its browser died, its exit was noticed): the
+            # request goes to a resumed one.
+            return await send_to(await self.manager.requests.replace_dead_worker(session, connection))
+        return await send_or_resume(session.connection)  # the reopened session, or a new worker's
 
     async def _stream_answer(
         self, session: Session, receive: Receive, send: Send, upstream: UpstreamResponse, exchange: Exchange

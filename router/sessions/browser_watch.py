@@ -3,33 +3,43 @@
 Left alone, Playwright MCP answers the next tool call from a new browser on ``about:blank``: the
 page, its session cookies and every ref the model holds are gone, and nothing says so. Treated as
 the worker's crash, the next call resumes the session as after any other (the saved cookies and
-tabs restored, the page re-loaded for its refs, the resume notice in the answer); a call in flight
-when it died is retried on the resumed worker, as under a worker that died (endpoint.py).
+tabs restored, the page re-loaded for its refs, the resume notice in the answer). A call in flight
+when it died fails, its effect gone with the browser (or, if the worker had not begun to answer
+it, goes to the resumed worker, as under a worker that died: endpoint.py).
 
 The watch starts after a tool call, once Playwright has launched the browser (it does so at the
-first browser tool), and again after each call until one is found. No exit of it is asked for:
-``browser_close`` cannot close a context the worker shares with the router's own MCP session
-(``--shared-browser-context``, workers/spec.py), and Playwright answers it with an error.
+first browser tool), and again after each call until one is found. The router's own MCP session
+on the worker then takes its share of that browser (one tool call): Playwright closes a shared
+browser when the last session sharing it ends, and the worker ends the client's session by
+itself (a ping unanswered while the client's stream was away), which would take the page with
+it. No exit of the browser is asked for: ``browser_close`` cannot close a context the worker
+shares between sessions (``--shared-browser-context``, workers/spec.py); Playwright refuses it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Final
 
+from router.sessions.control import ControlError
 from workers.browser import BrowserProcess, find_browser
 
 if TYPE_CHECKING:
     from router.http.proxy import WorkerConnection
     from router.sessions.continuity import Continuity
+    from router.sessions.control import ControlSession
     from router.sessions.table import Session
 
 log = logging.getLogger("mcp_router.continuity")
 
 __all__ = ["BrowserWatches"]
+
+HOLD_TOOL: Final = "browser_tabs"
+HOLD_ARGUMENTS: Final[dict[str, Any]] = {"action": "list"}
 
 
 @dataclass(eq=False)
@@ -64,6 +74,9 @@ class BrowserWatches:
             return  # exited already: the next call looks for its successor
         watched = self._watched[session.id] = _Watched(connection, browser)  # a left worker's goes
         self.start_soon(partial(self._follow, session, watched))
+        control = session.control
+        if control is not None and control.connection is connection and not control.shares_browser:
+            self.start_soon(partial(_share, control))
 
     async def _follow(self, session: Session, watched: _Watched) -> None:
         try:
@@ -82,3 +95,9 @@ class BrowserWatches:
         self.restarts += 1
         self.continuity.crashed(session)  # at once: a call arriving now resumes instead
         await self.continuity.end_worker(session, worker)
+
+
+async def _share(control: ControlSession) -> None:
+    """The router's session joins the browser (a listing of the tabs changes nothing)."""
+    with contextlib.suppress(ControlError):
+        await control.call(HOLD_TOOL, HOLD_ARGUMENTS)

@@ -71,6 +71,9 @@ class ControlSession:
         self.initialize_result: dict[str, Any] = {}
         self.opened_with: dict[str, Any] | None = None  # the initialize params ``open`` was given
         self._ids = itertools.count(1)  # JSON-RPC ids are per session
+        # A tool call was answered: the worker gave this session its share of the browser, which
+        # Playwright closes only when its last session sharing it ends.
+        self.shares_browser = False
 
     def _headers(self) -> list[tuple[bytes, bytes]]:
         headers = [
@@ -139,6 +142,7 @@ class ControlSession:
             result = _answer(await self._post(body), request_id)
         except (UpstreamError, TimeoutError) as exc:
             raise ControlError(f"{tool} failed: {type(exc).__name__}: {exc}") from exc
+        self.shares_browser = True
         text = "".join(part.get("text", "") for part in result.get("content", []) if isinstance(part, dict))
         if result.get("isError") is True or text.startswith("### Error"):
             raise ControlError(f"{tool}: {text[:300]}")

@@ -25,6 +25,7 @@ from router.sessions.table import Session
 from router.types import JSON, SSE
 from tests.router.test_session_stream import HeldStream, open_session
 from tests.support import ACCEPT_BOTH, RouterThread, auth_headers, iter_sse, router_settings, text_of, wait_for
+from workers.browser import find_browser
 from workers.orphans import processes_for
 
 CALL_TIMEOUT: Final = 10.0  # a call that waits for a roots/list nobody relays hangs far longer
@@ -72,12 +73,19 @@ def forget_worker_session(session: Session) -> str:
     and with it that session's stream; returns the id it forgot."""
     connection, forgotten = session.connection, session.worker_session_id
     assert connection is not None and forgotten is not None
+    # The router's own session has taken its share of a real worker's browser (browser_watch.py):
+    # else Playwright would close the browser with the client's session, the last sharing it.
+    wait_for(lambda: find_browser(connection.worker.pid) is None or _control_shares_browser(session), timeout=10)
     headers = {"host": connection.host_header, "mcp-session-id": forgotten}
     assert httpx.delete(connection.url, headers=headers, timeout=10, trust_env=False).status_code == 200
     # The stream relay has seen its worker stream end (no relay stands): the calls below wait for
     # the next one as they would after a real missed ping.
     wait_for(lambda: not session.relay_ready.is_set(), timeout=10)
     return forgotten
+
+
+def _control_shares_browser(session: Session) -> bool:
+    return session.control is not None and session.control.shares_browser
 
 
 def roots_call(url: str, session_id: str, request_id: int) -> str:
