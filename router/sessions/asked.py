@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import secrets
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -27,6 +28,14 @@ if TYPE_CHECKING:
 WORKER_ID_PREFIX: Final = "mcp-router-w"
 MAX_ASKED: Final = 64  # the worker's open requests to the client remembered, to route the answers
 TAG_BYTES: Final = 3
+
+
+def issued_ids(prefix: str) -> Iterator[str]:
+    """Ids for requests the router sends a client, never issued before in its session: a tag of
+    their own (a session taken up after a restart of the router counts from 1 again), a count."""
+    tag = secrets.token_hex(TAG_BYTES)
+    for n in itertools.count(1):
+        yield f"{prefix}{tag}-{n}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,12 +55,11 @@ class WorkerQuestions:
 
     def __init__(self) -> None:
         self._open: dict[str, Asker] = {}
-        self._prefix = f"{WORKER_ID_PREFIX}{secrets.token_hex(TAG_BYTES)}-"
-        self._count = itertools.count(1)
+        self._ids = issued_ids(WORKER_ID_PREFIX)
 
     def ask(self, request_id: Any, connection: WorkerConnection, worker_session_id: str) -> str:
         """The id the client sees for the worker's ``request_id``."""
-        issued = f"{self._prefix}{next(self._count)}"
+        issued = next(self._ids)
         self._open[issued] = Asker(connection, worker_session_id, request_id)
         while len(self._open) > MAX_ASKED:
             self._open.pop(next(iter(self._open)))

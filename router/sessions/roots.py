@@ -19,20 +19,17 @@ is back, and asks again once it is.
 
 from __future__ import annotations
 
-import itertools
-import secrets
 from collections.abc import Callable
 from typing import Any, Final
 
 import anyio
 
+from router.sessions.asked import issued_ids
+
 ROOTS_METHOD: Final = "roots/list"
 ROOTS_CHANGED: Final = "notifications/roots/list_changed"
 # Ids the router puts on its own questions to a client; a worker's are integers.
 ROUTER_ID_PREFIX: Final = "mcp-router-roots-"
-# A tag per ClientRoots: a session taken up again after a restart of the router counts from 1
-# again, and must not ask its client under an id it used before (the spec: never within a session).
-TAG_BYTES: Final = 3
 
 Roots = list[dict[str, Any]]
 
@@ -61,8 +58,7 @@ class ClientRoots:
         self.last: Roots | None = None
         self._asked: str | None = None  # the id of our question still unanswered
         self._settled = anyio.Event()  # set once the client answered (roots, or an error)
-        self._ids = itertools.count(1)
-        self._prefix = f"{ROUTER_ID_PREFIX}{secrets.token_hex(TAG_BYTES)}-"
+        self._ids = issued_ids(ROUTER_ID_PREFIX)  # never one this session used before, restarts included
         self._on_new: Callable[[], None] | None = None
         self._changes = 0  # notifications/roots/list_changed so far
         self._worker_saw = 0  # how many of them had come when the worker's session was opened
@@ -91,7 +87,7 @@ class ClientRoots:
         """The request to send the client now, or None (answered already, or asked already)."""
         if self._settled.is_set() or self._asked is not None:
             return None
-        self._asked = f"{self._prefix}{next(self._ids)}"
+        self._asked = next(self._ids)
         return {"jsonrpc": "2.0", "id": self._asked, "method": ROOTS_METHOD}
 
     def take_answer(self, request_id: Any, body: dict[str, Any]) -> bool:

@@ -235,6 +235,10 @@ class ClientRequests:
     def cancelled(self, request_id: JsonRpcId) -> bool:
         return self._cancelled.get(request_id, False)
 
+    def __contains__(self, request_id: object) -> bool:
+        """``request_id`` is in flight (any JSON: what is not an id is not)."""
+        return isinstance(request_id, str | int) and not isinstance(request_id, bool) and request_id in self._cancelled
+
     def __len__(self) -> int:
         return len(self._cancelled)
 

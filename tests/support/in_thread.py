@@ -34,7 +34,7 @@ def cancelled_while_waiting(client: RawClient, session: Session, body: dict[str,
     """Posts the request ``body`` on ``client``'s session, which has no worker yet, and cancels it
     while it waits for one (as Esc in Claude Code does); returns the answer it got."""
     thread, result = post_in_thread(client.url, session.id, body)
-    wait_for(lambda: session.in_flight == 1, timeout=WAITING_WITHIN)
+    wait_for(lambda: body["id"] in session.requests, timeout=WAITING_WITHIN)
     assert session.connection is None, "the worker was there before the cancel could be sent"
     cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": body["id"]}}
     assert client.post(cancel).status_code == 202
