@@ -87,6 +87,9 @@ class Settings(BaseSettings):
     restart_window: float = 300.0
     restart_backoff: list[float] = Field(default_factory=lambda: [1.0, 2.0, 4.0])
     max_body_bytes: int = 4 * 1024 * 1024
+    # POSTs to /mcp served by the server protocol itself rather than uvicorn's request cycle
+    # (router/http/direct.py); off, every request goes through uvicorn (a comparison, a fallback).
+    direct_lane: bool = True
     browser: str | None = None
     headless: bool = True
     viewport: str | None = None

@@ -74,6 +74,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster-node", dest="cluster_nodes", action="append", metavar="URL",
                    help="a cluster node's base URL (repeat, this one's too): the dashboard lists all their sessions")
     p.add_argument("--no-record", dest="record", action="store_const", const=False, default=None)
+    p.add_argument("--no-direct-lane", dest="direct_lane", action="store_const", const=False, default=None)
     p.add_argument("--log-level")
     p.add_argument("--log-format", choices=["text", "json"])
 
@@ -123,7 +124,8 @@ def server_config(app: Any, host: str, port: int, *, access_log: bool = False) -
     ``access_log`` only for a test that reads it."""
     import uvicorn
 
-    from router.http.limits import KEEP_ALIVE_TIMEOUT_S, concurrency_limit, limited_protocol, raise_open_files_limit
+    from router.http.limits import KEEP_ALIVE_TIMEOUT_S, concurrency_limit, raise_open_files_limit
+    from router.http.server import router_protocol
 
     return uvicorn.Config(
         app,
@@ -135,7 +137,7 @@ def server_config(app: Any, host: str, port: int, *, access_log: bool = False) -
         timeout_graceful_shutdown=5,
         lifespan="on",
         # Bounded request heads (size, fields, time to send) and connections at once.
-        http=limited_protocol(),
+        http=router_protocol(getattr(getattr(app, "state", None), "direct_lane", None)),
         limit_concurrency=concurrency_limit(raise_open_files_limit()),
         timeout_keep_alive=KEEP_ALIVE_TIMEOUT_S,
         # Nothing reads the client's address or scheme (no access log, relative redirects), so

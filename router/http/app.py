@@ -26,6 +26,7 @@ from router.http.auth import (
     load_or_create_token,
     private_state_dir,
 )
+from router.http.direct import DirectLane
 from router.http.dispatch import RouterApp
 from router.http.endpoint import McpEndpoint
 from router.http.errors import ServiceUnavailable
@@ -271,6 +272,9 @@ def create_app(settings: Settings) -> Starlette:
         ],
         lifespan=lifespan,
     )
+    # What the server serves without uvicorn's request cycle (router/cli/main.py's server_config).
+    lane = DirectLane(MCP_ENDPOINT.encode(), app.serve_fast_path, settings.max_body_bytes)
+    app.state.direct_lane = lane if settings.direct_lane else None
     app.state.manager = manager
     app.state.health = health
     app.state.metrics = metrics

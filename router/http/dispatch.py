@@ -64,9 +64,13 @@ class RouterApp(Starlette):
         self.fast_path = fast_path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path, app = self.fast_path
-        if scope["type"] == "http" and route_path(scope) == path:
-            scope["app"] = self
-            await serve_guarded(app, scope, receive, send)
+        if scope["type"] == "http" and route_path(scope) == self.fast_path[0]:
+            await self.serve_fast_path(scope, receive, send)
             return
         await super().__call__(scope, receive, send)
+
+    async def serve_fast_path(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The fast path's app, for a request already known to be on its path (the server's
+        direct lane hands it those: router/http/direct.py)."""
+        scope["app"] = self
+        await serve_guarded(self.fast_path[1], scope, receive, send)

@@ -134,21 +134,33 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
-        self._got_something()
-        self._cancel_head_timer()
-        self._in_body = True
+        self.head_ended()
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
-        self._got_something()
+        self.body_arrived()
         super().on_body(body)
 
     def on_message_complete(self) -> None:
+        self.message_ended()
+        super().on_message_complete()
+
+    # The limits' share of the parser's callbacks, for a subclass that serves some requests
+    # without uvicorn's cycle (router/http/server.py).
+
+    def head_ended(self) -> None:
+        self._got_something()
+        self._cancel_head_timer()
+        self._in_body = True
+
+    def body_arrived(self) -> None:
+        self._got_something()
+
+    def message_ended(self) -> None:
         self._got_something()
         self._in_message = self._in_body = False
         if self._body_timer is not None:
             self._cancel_body_timer()
-        super().on_message_complete()
 
     # -- limits ------------------------------------------------------------------------------------
 

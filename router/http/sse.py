@@ -6,6 +6,7 @@ import json
 from typing import Any, Final
 
 KEEPALIVE_COMMENT = b": keep-alive\n\n"
+_PLAIN_EVENT: Final = b"event: message\ndata: "
 _BOUNDARIES: Final = (b"\n\n", b"\r\n\r\n", b"\r\r")
 # One event (a tool's answer, with its base64 screenshots) is held whole before it is forwarded;
 # past this it would only grow the router's memory, so the event is refused instead.
@@ -134,6 +135,15 @@ def event_json(event: bytes) -> Any:
         return None
 
 
+def lone_event_data(data: bytes) -> bytes | None:
+    """The data of ``data`` when it is exactly one event as ``encode_event`` writes it without an
+    id (one ``message`` event, one data line: how a worker's answer usually comes), else None."""
+    if not (data.startswith(_PLAIN_EVENT) and data.endswith(b"\n\n")):
+        return None
+    payload = data[len(_PLAIN_EVENT):-2]
+    return payload if b"\n" not in payload and b"\r" not in payload else None
+
+
 def encode_event(payload: bytes, event_id: str | None = None) -> bytes:
     head = f"id: {event_id}\n".encode() if event_id else b""
-    return head + b"event: message\ndata: " + payload + b"\n\n"
+    return head + _PLAIN_EVENT + payload + b"\n\n"

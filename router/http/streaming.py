@@ -12,7 +12,7 @@ import anyio.lowlevel
 from starlette.types import Message, Receive, Send
 
 from router.http.errors import INTERNAL_ERROR, error_body
-from router.http.sse import KEEPALIVE_COMMENT, EventSplitter, EventTooLarge, encode_event
+from router.http.sse import KEEPALIVE_COMMENT, EventSplitter, EventTooLarge, encode_event, lone_event_data
 from router.types import H_SESSION_ID, JSON
 
 if TYPE_CHECKING:
@@ -99,6 +99,11 @@ async def answer_missing(exchange: Exchange) -> bytes:
 
 async def whole_answer(data: bytes, exchange: Exchange) -> bytes:
     """An SSE answer that arrived complete, its events passed through the exchange, in one piece."""
+    payload = lone_event_data(data)
+    if payload is not None and not exchange.done:
+        # The usual answer, one plain event: read as it is, not through the splitter.
+        answer = await exchange.answer_json(payload)
+        return (data if answer is payload else encode_event(answer)) + await answer_missing(exchange)
     out: list[bytes] = []
 
     async def collect(events: bytes) -> None:

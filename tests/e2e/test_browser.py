@@ -19,6 +19,8 @@ from workers.orphans import processes_for
 
 
 async def test_navigate_snapshot_click_and_console(pw_router: RouterThread, pages: str) -> None:
+    lane = pw_router.app.state.direct_lane
+    served = lane.served
     async with BrowserSession(pw_router.url, token=pw_router.token) as browser:
         page = await browser.navigate(f"{pages}/")
         assert page.title == "Home"
@@ -33,6 +35,9 @@ async def test_navigate_snapshot_click_and_console(pw_router: RouterThread, page
         assert "clicked-error" in console.messages
         session_id = browser.session_id
     assert session_id and pw_router.manager.sessions.get(session_id) is None  # DELETEd on the way out
+    # Every POST of it (initialize, initialized, five tool calls) came through the server's direct
+    # lane (router/http/direct.py), as `serve` serves them.
+    assert lane.served >= served + 7
 
 
 def test_ten_concurrent_sessions_are_isolated(pw_router: RouterThread, pages: str) -> None:

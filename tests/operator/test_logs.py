@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import shlex
@@ -123,17 +124,22 @@ def test_a_calls_log_line_and_count_come_after_its_answer(state_dir: Path) -> No
             happened.append(f"log {record.getMessage().split(' tool=')[1].split()[0]}")
 
     router = RouterThread(router_settings(state_dir, record=True))
-    app = router.server.config.app
 
-    async def noting(scope: Any, receive: Any, send: Any) -> None:
-        async def note_answer(message: Any) -> None:
-            await send(message)
-            if message["type"] == "http.response.body" and scope["type"] == "http" and scope["method"] == "POST":
-                happened.append("answer")
+    def noting(app: Any) -> Any:
+        async def noted(scope: Any, receive: Any, send: Any) -> None:
+            async def note_answer(message: Any) -> None:
+                await send(message)
+                if message["type"] == "http.response.body" and scope["type"] == "http" and scope["method"] == "POST":
+                    happened.append("answer")
 
-        await app(scope, receive, note_answer)
+            await app(scope, receive, note_answer)
 
-    router.server.config.app = noting
+        return noted
+
+    # Both ways in: uvicorn's cycle, and the direct lane that serves POSTs to /mcp.
+    router.server.config.app = noting(router.server.config.app)
+    protocol = router.server.config.http
+    protocol.lane = dataclasses.replace(protocol.lane, app=noting(protocol.lane.app))
     calls = logging.getLogger("mcp_router.calls")
     handler, level = Note(), calls.level
     calls.addHandler(handler)

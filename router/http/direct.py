@@ -1,0 +1,191 @@
+"""A POST to /mcp served without uvicorn's request cycle: the server's protocol hands the whole
+request (head and body) to the /mcp chain itself, and writes its answer to the socket itself.
+
+Every tool call is such a POST, and uvicorn's cycle cost it a measurable share of the router's
+time: a scope built from a parsed URL, an ``asyncio.Event`` and a task per request, a ``receive``
+that waits for the body the parser already had, and a ``send`` that runs two regular expressions
+over every header the router itself wrote. Here the request starts once its body is in, as one
+task, with a ``receive`` that hands the body over at once and a ``send`` that frames the answer
+as uvicorn's does: by the ``Content-Length`` the app gives, else chunked.
+
+The same ASGI chain serves it (security, auth, timing, endpoint), so nothing about what a request
+may do or gets back changes; only the server's share does. Anything this lane does not take (other
+paths and methods, HTTP/1.0, ``Expect``, a body past the cap, a connection already answering)
+goes through uvicorn as before (``router/http/server.py`` decides).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from starlette.types import ASGIApp, Message, Scope
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE
+
+__all__ = ["DirectLane", "DirectRequest"]
+
+log = logging.getLogger("mcp_router.server")
+
+CHUNK_END: Final = b"0\r\n\r\n"
+NO_BODY_STATUS: Final = frozenset({204, 304})
+
+
+@dataclass(eq=False)
+class DirectLane:
+    """What the server's protocol serves itself: POSTs to ``path`` (exactly, without a query)
+    with at most ``max_body`` bytes of body, by ``app``; ``served`` counts them."""
+
+    path: bytes
+    app: ASGIApp
+    max_body: int
+    served: int = 0
+
+
+class Connection(Protocol):
+    """The server protocol's side, as a request served here needs it."""
+
+    transport: Any
+    flow: Any  # uvicorn's FlowControl: a client that does not read pauses the answer's writes
+    logger: logging.Logger
+
+    def on_response_complete(self) -> None: ...
+
+
+class DirectRequest:
+    """One request on a connection and its answer: ASGI's ``receive`` and ``send`` for it."""
+
+    __slots__ = (
+        "_body", "_chunked", "_connection", "_default_headers", "_disconnected", "_gone", "_keep_alive", "_left",
+        "response_complete", "response_started",
+    )
+
+    def __init__(
+        self, connection: Connection, body: bytes, *, keep_alive: bool, default_headers: list[tuple[bytes, bytes]]
+    ) -> None:
+        self._connection = connection
+        self._body: bytes | None = body
+        self._keep_alive = keep_alive
+        self._default_headers = default_headers
+        self._gone: asyncio.Future[None] | None = None
+        self._chunked = False
+        self._left = 0  # bytes still owed under a Content-Length
+        self._disconnected = False
+        # Named as uvicorn's cycle names them: the server protocol reads them of either.
+        self.response_started = False
+        self.response_complete = False
+
+    # -- the connection's side ----------------------------------------------------------------
+
+    def disconnected(self) -> None:
+        """The client's socket closed: ``receive`` says so, ``send`` drops what comes."""
+        self._disconnected = True
+        if self._gone is None:
+            self._gone = asyncio.get_running_loop().create_future()
+        if not self._gone.done():
+            self._gone.set_result(None)
+
+    def stop_keeping_alive(self) -> None:
+        """The server is stopping: this answer is the connection's last."""
+        self._keep_alive = False
+
+    async def run(self, app: ASGIApp, scope: Scope) -> None:
+        """``app`` answers 500 itself to what it lets out before answering (``serve_guarded``):
+        here such an exception is logged, and a half-sent answer cut off."""
+        try:
+            await app(scope, self.receive, self.send)
+        except BaseException as exc:
+            self._connection.logger.error("Exception in ASGI application\n", exc_info=exc)
+            if not self.response_complete:
+                self._connection.transport.close()
+            if not isinstance(exc, Exception):
+                raise
+            return
+        if not self.response_complete and not self._disconnected:
+            log.error("the /mcp chain returned without completing its answer")
+            self._connection.transport.close()
+
+    # -- ASGI --------------------------------------------------------------------------------
+
+    async def receive(self) -> Message:
+        body, self._body = self._body, None
+        if body is not None:
+            return {"type": "http.request", "body": body, "more_body": False}
+        if self._gone is None:
+            self._gone = asyncio.get_running_loop().create_future()
+        if not self._disconnected:
+            await asyncio.shield(self._gone)
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: Message) -> None:
+        connection = self._connection
+        if connection.flow.write_paused and not self._disconnected:
+            await connection.flow.drain()
+        if self._disconnected or self.response_complete:
+            return
+        transport = connection.transport
+        if not self.response_started:
+            if message["type"] != "http.response.start":
+                raise RuntimeError(f"expected http.response.start, got {message['type']!r}")
+            self.response_started = True
+            # Written now: a streamed answer's head tells the client its call is under way (its
+            # body may be minutes away). A body written in the same turn leaves with it (coalesce.py).
+            transport.write(self._head(message["status"], message.get("headers", ())))
+            return
+        if message["type"] != "http.response.body":
+            raise RuntimeError(f"expected http.response.body, got {message['type']!r}")
+        body: bytes = message.get("body", b"")
+        more = bool(message.get("more_body", False))
+        if self._chunked:
+            parts = [b"%x\r\n" % len(body), body, b"\r\n"] if body else []
+            if not more:
+                parts.append(CHUNK_END)
+            if parts:
+                transport.write(b"".join(parts))
+        else:
+            if len(body) > self._left:
+                raise RuntimeError("answer longer than its Content-Length")
+            self._left -= len(body)
+            if body:
+                transport.write(body)
+            if not more and self._left:
+                raise RuntimeError("answer shorter than its Content-Length")
+        if not more:
+            self._done()
+
+    # -- framing -----------------------------------------------------------------------------
+
+    def _head(self, status: int, headers: Any) -> bytes:
+        head = [STATUS_LINE[status]]
+        self._left = -1  # no Content-Length given: chunked
+        for name, value in (*self._default_headers, *headers):
+            # The /mcp chain writes its own headers, and relays a worker's through proxy.py,
+            # which keeps only names it knows; uvicorn's parser refuses CR and LF in what it took.
+            lowered = name.lower()
+            if lowered == b"content-length":
+                self._left = int(value)
+            elif lowered == b"connection":
+                if b"close" in value.lower():
+                    self._keep_alive = False
+                continue
+            elif lowered == b"transfer-encoding":
+                continue
+            head += (lowered, b": ", value, b"\r\n")
+        if status in NO_BODY_STATUS:
+            self._left = 0
+        if self._left < 0:
+            self._chunked = True
+            head.append(b"transfer-encoding: chunked\r\n")
+        if not self._keep_alive:
+            head.append(b"connection: close\r\n")
+        head.append(b"\r\n")
+        return b"".join(head)
+
+    def _done(self) -> None:
+        self.response_complete = True
+        connection = self._connection
+        if not self._keep_alive:
+            connection.transport.close()
+            return
+        connection.on_response_complete()
