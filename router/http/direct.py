@@ -29,6 +29,10 @@ __all__ = ["DirectLane", "DirectRequest"]
 log = logging.getLogger("mcp_router.server")
 
 CHUNK_END: Final = b"0\r\n\r\n"
+INTERNAL_ERROR_BODY: Final = b"Internal Server Error"
+INTERNAL_ERROR_HEADERS: Final = (
+    (b"content-type", b"text/plain; charset=utf-8"), (b"content-length", b"%d" % len(INTERNAL_ERROR_BODY)),
+)
 NO_BODY_STATUS: Final = frozenset({204, 304})
 
 
@@ -91,20 +95,28 @@ class DirectRequest:
         self._keep_alive = False
 
     async def run(self, app: ASGIApp, scope: Scope) -> None:
-        """``app`` answers 500 itself to what it lets out before answering (``serve_guarded``):
-        here such an exception is logged, and a half-sent answer cut off."""
+        """As uvicorn's cycle runs an app: what it lets out is logged, never raised; the client
+        gets a 500 if nothing was sent yet (``serve_guarded`` in the chain already answers one
+        with a JSON-RPC body for an ``Exception``), else the connection is cut."""
         try:
             await app(scope, self.receive, self.send)
-        except BaseException as exc:
+        except BaseException as exc:  # a cancelled task (the shutdown's timeout) too, as uvicorn
             self._connection.logger.error("Exception in ASGI application\n", exc_info=exc)
-            if not self.response_complete:
-                self._connection.transport.close()
-            if not isinstance(exc, Exception):
-                raise
+            self._fail()
             return
         if not self.response_complete and not self._disconnected:
             log.error("the /mcp chain returned without completing its answer")
-            self._connection.transport.close()
+            self._fail()
+
+    def _fail(self) -> None:
+        if self._disconnected or self.response_complete:
+            return
+        transport = self._connection.transport
+        if not self.response_started:
+            self._keep_alive = False
+            transport.write(self._head(500, INTERNAL_ERROR_HEADERS) + INTERNAL_ERROR_BODY)
+            self.response_complete = True
+        transport.close()
 
     # -- ASGI --------------------------------------------------------------------------------
 
@@ -160,11 +172,12 @@ class DirectRequest:
         head = [STATUS_LINE[status]]
         self._left = -1  # no Content-Length given: chunked
         for name, value in (*self._default_headers, *headers):
-            # The /mcp chain writes its own headers, and relays a worker's through proxy.py,
-            # which keeps only names it knows; uvicorn's parser refuses CR and LF in what it took.
+            # The /mcp chain writes its own headers, and relays a worker's (proxy.py drops its
+            # hop-by-hop ones); httptools refuses CR and LF in what it parsed, client's or worker's.
             lowered = name.lower()
             if lowered == b"content-length":
-                self._left = int(value)
+                if self._left < 0:  # the first counts, as in uvicorn's cycle
+                    self._left = int(value)
             elif lowered == b"connection":
                 if b"close" in value.lower():
                     self._keep_alive = False
@@ -184,6 +197,8 @@ class DirectRequest:
 
     def _done(self) -> None:
         self.response_complete = True
+        if self._gone is not None and not self._gone.done():
+            self._gone.set_result(None)  # a receive() still waiting: the exchange is over
         connection = self._connection
         if not self._keep_alive:
             connection.transport.close()

@@ -3,9 +3,10 @@ to /mcp served by the direct lane (``direct.py``) instead of uvicorn's request c
 
 A request is taken by the lane when its head ends, if it is one the lane serves the same as
 uvicorn would: a POST to exactly the lane's path, HTTP/1.1, no ``Expect`` and no upgrade, on a
-connection with no answer under way, within the concurrency cap. Its body is gathered here (at
-most the lane's cap: past it, the request is handed to uvicorn, which reads the rest and lets the
-endpoint refuse it), and the request starts once the body is whole. Anything else is uvicorn's.
+connection with no answer under way, within the concurrency cap, with a body of at most
+``LANE_MAX_BODY`` (a larger one declared goes to uvicorn, whose cycle runs the checks before
+reading it). Its body is gathered here (a chunked one past the cap is handed to uvicorn with
+what came of it), and the request starts once the body is whole. Anything else is uvicorn's.
 
 While the lane answers, its request stands as the connection's cycle, so a request pipelined
 behind it is queued by uvicorn and started when the answer is complete, as behind any other.
@@ -13,14 +14,18 @@ behind it is queued by uvicorn and started when the answer is complete, as behin
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from starlette.types import Scope
 
 from router.http.direct import DirectLane, DirectRequest
 from router.http.limits import LimitedHttpToolsProtocol
 
-__all__ = ["RouterHttpProtocol", "router_protocol"]
+__all__ = ["LANE_MAX_BODY", "RouterHttpProtocol", "router_protocol"]
+
+# The most body the lane gathers before the request's checks run (a tool call's is a few hundred
+# bytes; uvicorn pauses reading at the same size while its app has not read the body).
+LANE_MAX_BODY: Final = 64 * 1024
 
 
 class RouterHttpProtocol(LimitedHttpToolsProtocol):
@@ -33,6 +38,9 @@ class RouterHttpProtocol(LimitedHttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._lane_body: bytearray | None = None  # a body being gathered for the lane
         self._keep_alive = True
+        # The lane's request under way: told when the client goes, even once a request pipelined
+        # behind it has become uvicorn's cycle.
+        self._direct: DirectRequest | None = None
 
     # -- parser callbacks ----------------------------------------------------------------------
 
@@ -52,8 +60,7 @@ class RouterHttpProtocol(LimitedHttpToolsProtocol):
             return
         self.body_arrived()
         gathered += body
-        assert self.lane is not None
-        if len(gathered) > self.lane.max_body:
+        if len(gathered) > self._lane_cap():
             self._to_uvicorn()
 
     def on_message_complete(self) -> None:
@@ -68,11 +75,11 @@ class RouterHttpProtocol(LimitedHttpToolsProtocol):
     # -- connection ----------------------------------------------------------------------------
 
     def connection_lost(self, exc: Exception | None) -> None:
-        cycle = self.cycle
-        if isinstance(cycle, DirectRequest):
-            if not cycle.response_complete:
-                cycle.disconnected()
-            self.cycle = None
+        direct, self._direct = self._direct, None
+        if direct is not None and not direct.response_complete:
+            direct.disconnected()
+        if isinstance(self.cycle, DirectRequest):
+            self.cycle = None  # uvicorn's own handling is for its own cycles
         super().connection_lost(exc)
 
     def shutdown(self) -> None:
@@ -98,12 +105,25 @@ class RouterHttpProtocol(LimitedHttpToolsProtocol):
         if cycle is not None and not cycle.response_complete:
             return False  # pipelined behind an answer under way: uvicorn queues it
         limit = self.limit_concurrency
-        return limit is None or (len(self.connections) < limit and len(self.tasks) < limit)
+        if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
+            return False  # uvicorn answers 503
+        # A body the lane would gather past its cap goes to uvicorn's cycle, which runs the
+        # checks (Host, Origin, token, the declared size) before it reads any of it.
+        for name, value in self.headers:
+            if name == b"content-length":
+                return value.isdigit() and int(value) <= self._lane_cap()
+        return True  # chunked: gathered up to the cap, then handed over
+
+    def _lane_cap(self) -> int:
+        assert self.lane is not None
+        return min(self.lane.max_body, LANE_MAX_BODY)
 
     def _to_uvicorn(self) -> None:
         """Hands a request the lane took back to uvicorn, with what it has of the body."""
         gathered, self._lane_body = self._lane_body, None
         LimitedHttpToolsProtocol.on_headers_complete(self)
+        if not self._keep_alive:  # the server began to stop meanwhile
+            self.cycle.keep_alive = False
         if gathered:
             LimitedHttpToolsProtocol.on_body(self, bytes(gathered))
 
@@ -113,7 +133,7 @@ class RouterHttpProtocol(LimitedHttpToolsProtocol):
         request = DirectRequest(
             self, body, keep_alive=self._keep_alive, default_headers=self.server_state.default_headers
         )
-        self.cycle = request  # type: ignore[assignment]
+        self.cycle = self._direct = request  # type: ignore[assignment]
         scope: Scope = self.scope  # type: ignore[assignment]  # uvicorn's TypedDict, an ASGI scope
         scope["method"] = "POST"
         scope["path"] = lane.path.decode("ascii")

@@ -171,3 +171,30 @@ def test_a_plain_lone_event_is_read_without_the_splitter() -> None:
     assert lone_event_data(b"event: message\ndata: a\ndata: b\n\n") is None
     assert lone_event_data(b"event: message\r\ndata: {}\r\n\r\n") is None
     assert lone_event_data(b"event: message\ndata: {}\n") is None  # not yet whole
+
+
+async def test_an_app_that_returns_or_is_cancelled_before_answering_gets_a_500() -> None:
+    async def silent(scope: Any, receive: Any, send: Any) -> None:
+        return None
+
+    async def cancelled(scope: Any, receive: Any, send: Any) -> None:
+        raise asyncio.CancelledError  # the server's shutdown timeout cancels what still runs
+
+    for app in (silent, cancelled):
+        connection = FakeConnection()
+        await request(connection).run(app, {})
+        status, headers, body = head_of(b"".join(connection.transport.writes))
+        assert status == "HTTP/1.1 500 Internal Server Error"
+        assert headers["connection"] == "close" and body == b"Internal Server Error"
+        assert connection.transport.closed
+
+
+async def test_a_receive_still_waiting_when_the_answer_is_complete_is_told_the_exchange_is_over() -> None:
+    connection = FakeConnection()
+    r = request(connection)
+    await r.receive()
+    waiting = asyncio.ensure_future(r.receive())
+    await asyncio.sleep(0)
+    await r.send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
+    await r.send({"type": "http.response.body", "body": b""})
+    assert await asyncio.wait_for(waiting, 5) == {"type": "http.disconnect"}
