@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from starlette.types import ASGIApp, Message, Scope
@@ -45,6 +45,10 @@ class DirectLane:
     app: ASGIApp
     max_body: int
     served: int = 0
+    path_text: str = field(init=False)  # the scope's "path": decoded once, not per request
+
+    def __post_init__(self) -> None:
+        self.path_text = self.path.decode("ascii")
 
 
 class Connection(Protocol):
@@ -85,9 +89,11 @@ class DirectRequest:
     def disconnected(self) -> None:
         """The client's socket closed: ``receive`` says so, ``send`` drops what comes."""
         self._disconnected = True
-        if self._gone is None:
-            self._gone = asyncio.get_running_loop().create_future()
-        if not self._gone.done():
+        self._exchange_over()
+
+    def _exchange_over(self) -> None:
+        """Wakes a ``receive()`` waiting for the client to go: it has gone, or its answer is whole."""
+        if self._gone is not None and not self._gone.done():
             self._gone.set_result(None)
 
     def stop_keeping_alive(self) -> None:
@@ -124,9 +130,9 @@ class DirectRequest:
         body, self._body = self._body, None
         if body is not None:
             return {"type": "http.request", "body": body, "more_body": False}
-        if self._gone is None:
-            self._gone = asyncio.get_running_loop().create_future()
-        if not self._disconnected:
+        if not self._disconnected and not self.response_complete:
+            if self._gone is None:
+                self._gone = asyncio.get_running_loop().create_future()
             await asyncio.shield(self._gone)
         return {"type": "http.disconnect"}
 
@@ -197,8 +203,7 @@ class DirectRequest:
 
     def _done(self) -> None:
         self.response_complete = True
-        if self._gone is not None and not self._gone.done():
-            self._gone.set_result(None)  # a receive() still waiting: the exchange is over
+        self._exchange_over()
         connection = self._connection
         if not self._keep_alive:
             connection.transport.close()

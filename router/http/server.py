@@ -136,7 +136,7 @@ class RouterHttpProtocol(LimitedHttpToolsProtocol):
         self.cycle = self._direct = request  # type: ignore[assignment]
         scope: Scope = self.scope  # type: ignore[assignment]  # uvicorn's TypedDict, an ASGI scope
         scope["method"] = "POST"
-        scope["path"] = lane.path.decode("ascii")
+        scope["path"] = lane.path_text
         scope["raw_path"] = lane.path
         scope["query_string"] = b""
         lane.served += 1
