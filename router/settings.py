@@ -90,6 +90,9 @@ class Settings(BaseSettings):
     # POSTs to /mcp served by the server protocol itself rather than uvicorn's request cycle
     # (router/http/direct.py); off, every request goes through uvicorn (a comparison, a fallback).
     direct_lane: bool = True
+    # Steady tool calls served in the server's callbacks (router/http/steady.py; needs the direct
+    # lane); off, they go through the /mcp chain like every other request (a comparison, a fallback).
+    steady_lane: bool = True
     browser: str | None = None
     headless: bool = True
     viewport: str | None = None

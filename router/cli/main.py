@@ -75,6 +75,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="a cluster node's base URL (repeat, this one's too): the dashboard lists all their sessions")
     p.add_argument("--no-record", dest="record", action="store_const", const=False, default=None)
     p.add_argument("--no-direct-lane", dest="direct_lane", action="store_const", const=False, default=None)
+    p.add_argument("--no-steady-lane", dest="steady_lane", action="store_const", const=False, default=None)
     p.add_argument("--log-level")
     p.add_argument("--log-format", choices=["text", "json"])
 

@@ -33,6 +33,7 @@ from router.http.errors import ServiceUnavailable
 from router.http.exchange import ExchangeHooks
 from router.http.limits import MAX_HEAD_BYTES
 from router.http.security import OriginPolicy, SecurityMiddleware
+from router.http.steady import SteadyLane
 from router.http.tool_policy import ToolPolicy
 from router.layout import StateLayout
 from router.operator.api import Api
@@ -274,6 +275,8 @@ def create_app(settings: Settings) -> Starlette:
     )
     # What the server serves without uvicorn's request cycle (router/cli/main.py's server_config).
     lane = DirectLane(MCP_ENDPOINT.encode(), app.serve_fast_path, settings.max_body_bytes)
+    if settings.steady_lane:
+        lane.steady = SteadyLane(endpoint, policy=security["policy"], auth=auth, metrics=metrics)
     app.state.direct_lane = lane if settings.direct_lane else None
     app.state.manager = manager
     app.state.health = health

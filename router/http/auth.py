@@ -22,6 +22,7 @@ import ipaddress
 import json
 import os
 import secrets
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 from urllib.parse import parse_qsl, urlencode
@@ -210,22 +211,7 @@ class AuthMiddleware:
     @staticmethod
     def _take_credentials(scope: Scope, auth: TokenAuth) -> bool | None:
         """True: a good credential; False: only wrong ones; None: none at all. Removes them all."""
-        verdicts: list[bool] = []
-        headers = []
-        for key, value in scope["headers"]:
-            if key == b"authorization":
-                scheme, _, credential = value.decode("latin-1").partition(" ")
-                verdicts.append(scheme.lower() == "bearer" and auth.bearer_ok(credential.strip()))
-                continue
-            if key == b"cookie":
-                kept, found = _split_cookie(value.decode("latin-1"), auth.cookie_name)
-                if found is not None and scope["path"].startswith(COOKIE_PREFIXES):
-                    verdicts.append(auth.cookie_ok(found))
-                if kept:
-                    headers.append((key, kept.encode("latin-1")))
-                continue
-            headers.append((key, value))
-        scope["headers"] = headers
+        verdicts, scope["headers"] = header_credentials(scope["headers"], auth, path=scope["path"])
         query: bytes = scope.get("query_string", b"")
         if QUERY_PARAM.encode() in query:
             pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
@@ -238,6 +224,29 @@ class AuthMiddleware:
         if not verdicts:
             return None
         return any(verdicts)
+
+
+def header_credentials(
+    headers: Iterable[tuple[bytes, bytes]], auth: TokenAuth, *, path: str
+) -> tuple[list[bool], list[tuple[bytes, bytes]]]:
+    """The verdict on each credential the headers show (a bearer token; our cookie, on the paths
+    that take it), and the headers without them: nothing behind the router ever sees the token."""
+    verdicts: list[bool] = []
+    kept_headers = []
+    for key, value in headers:
+        if key == b"authorization":
+            scheme, _, credential = value.decode("latin-1").partition(" ")
+            verdicts.append(scheme.lower() == "bearer" and auth.bearer_ok(credential.strip()))
+            continue
+        if key == b"cookie":
+            kept, found = _split_cookie(value.decode("latin-1"), auth.cookie_name)
+            if found is not None and path.startswith(COOKIE_PREFIXES):
+                verdicts.append(auth.cookie_ok(found))
+            if kept:
+                kept_headers.append((key, kept.encode("latin-1")))
+            continue
+        kept_headers.append((key, value))
+    return verdicts, kept_headers
 
 
 def _split_cookie(header: str, name: str) -> tuple[str, str | None]:

@@ -19,10 +19,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from starlette.types import ASGIApp, Message, Scope
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
+
+if TYPE_CHECKING:
+    from router.http.steady import SteadyLane
 
 __all__ = ["DirectLane", "DirectRequest"]
 
@@ -45,6 +48,7 @@ class DirectLane:
     app: ASGIApp
     max_body: int
     served: int = 0
+    steady: SteadyLane | None = None  # tried first for each request the lane takes
     path_text: str = field(init=False)  # the scope's "path": decoded once, not per request
 
     def __post_init__(self) -> None:
@@ -153,8 +157,21 @@ class DirectRequest:
             return
         if message["type"] != "http.response.body":
             raise RuntimeError(f"expected http.response.body, got {message['type']!r}")
-        body: bytes = message.get("body", b"")
-        more = bool(message.get("more_body", False))
+        self._write_body(message.get("body", b""), bool(message.get("more_body", False)))
+
+    def answer_whole(self, status: int, headers: Any, body: bytes) -> None:
+        """A whole answer, written at once (the steady lane's, which holds it in memory already:
+        nothing is gained by waiting for a client that does not read)."""
+        if self._disconnected or self.response_complete:
+            return
+        if self.response_started:
+            raise RuntimeError("answer_whole after the answer started")
+        self.response_started = True
+        self._connection.transport.write(self._head(status, headers))
+        self._write_body(body, False)
+
+    def _write_body(self, body: bytes, more: bool) -> None:
+        transport = self._connection.transport
         if self._chunked:
             parts = [b"%x\r\n" % len(body), body, b"\r\n"] if body else []
             if not more:

@@ -8,6 +8,8 @@ as soon as that worker is attached, across reaps, crashes, hibernation and route
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
 from urllib.parse import parse_qs
 
@@ -43,7 +45,7 @@ from router.http.streaming import (
     send_start,
     whole_answer,
 )
-from router.http.timing import request_timing
+from router.http.timing import RequestTiming, request_timing
 from router.http.upstream import UpstreamError, UpstreamResponse
 from router.http.worker_faults import unreachable, worker_died
 from router.sessions.manager import SessionManager
@@ -66,6 +68,19 @@ WORKER_ERROR_EXCERPT: Final = 500
 # a slower one is relayed as a stream after this long. Nothing can be lost by waiting: the body
 # is relayed the moment its first byte arrives, whole or not.
 WHOLE_ANSWER_WAIT: Final = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class FirstSend:
+    """A tool call the steady lane sent to its worker and hands over, with what ``_post`` would
+    have known of it."""
+
+    exchange: Exchange
+    response: UpstreamResponse
+    worker_session_id: str | None  # the worker session it went to: a 404 is about that one
+    url_before: str | None  # the session's page URL before the call (SessionRequests.served)
+    settle: float  # how much longer its answer may be awaited whole
+    leave: Callable[[], None]  # ends the request's time in flight (Session.client_request)
 
 
 class McpEndpoint:
@@ -103,8 +118,7 @@ class McpEndpoint:
     async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
         send = leaving(send)
         headers = Headers(scope=scope)
-        content_type = headers.get("content-type", "").split(";")[0].strip().lower()
-        if content_type != JSON:
+        if _media_type(headers) != JSON:
             raise UnsupportedMediaType(f"Unsupported Media Type: Content-Type must be {JSON}")
         if not _accepts(headers, JSON, SSE):
             raise NotAcceptable(f"Not Acceptable: Accept must list {JSON} and {SSE}")
@@ -140,7 +154,10 @@ class McpEndpoint:
         async with self.manager.requests.serving(session, exchange.message) as started_worker:
             if exchange.timing is not None and started_worker:
                 exchange.timing.started_worker = True
-            await self._forward_request(session, scope, receive, send, exchange)
+            try:
+                await self._forward_request(session, scope, receive, send, exchange)
+            finally:  # before the session's upkeep: it reads the page URL the answer gave
+                exchange.after_answer()
 
     async def _initialize(self, scope: Scope, message: ClientMessage, send: Send) -> None:
         if message.method != "initialize":
@@ -192,15 +209,16 @@ class McpEndpoint:
                 return bytes(body)
 
     async def _forward_request(
-        self, session: Session, scope: Scope, receive: Receive, send: Send, exchange: Exchange
+        self, session: Session, scope: Scope, receive: Receive, send: Send, exchange: Exchange,
+        first: FirstSend | None = None,
     ) -> None:
         connection = _connection(session)
-        local = await exchange.local_answer()  # router tools that need the worker (create_new_session)
+        local = None if first is not None else await exchange.local_answer()  # e.g. create_new_session
         if local is not None:
             await send_json(send, local, session, status=200)
             return
         try:
-            upstream = await self._send_request(session, connection, scope, exchange)
+            upstream = await self._send_request(session, connection, scope, exchange, first)
         except RequestCancelled:
             await send_json(send, await exchange.cancelled(), session, status=200)
             return
@@ -218,7 +236,8 @@ class McpEndpoint:
                     data={"session": session.id, "worker_status": status, "body": detail},
                 )
             if status == 200 and upstream.content_type.startswith(SSE):
-                await self._stream_answer(session, receive, send, upstream, exchange)
+                wait = WHOLE_ANSWER_WAIT if first is None else first.settle
+                await self._stream_answer(session, receive, send, upstream, exchange, wait)
             else:
                 body = await upstream.aread()
                 answer = await exchange.answer_json(body) if status == 200 else body
@@ -233,7 +252,8 @@ class McpEndpoint:
             await upstream.aclose()
 
     async def _send_request(
-        self, session: Session, connection: WorkerConnection, scope: Scope, exchange: Exchange
+        self, session: Session, connection: WorkerConnection, scope: Scope, exchange: Exchange,
+        first: FirstSend | None = None,
     ) -> UpstreamResponse:
         message = exchange.message
 
@@ -249,9 +269,12 @@ class McpEndpoint:
             headers = upstream_headers(scope["headers"], host=worker.host_header, worker_session_id=sent_to)
             return await worker.send("POST", headers, message.raw, sent=exchange.record_request)
 
-        async def send_or_resume(worker: WorkerConnection) -> UpstreamResponse:
+        async def send_or_resume(worker: WorkerConnection, sent: UpstreamResponse | None = None) -> UpstreamResponse:
             try:
-                return await send_to(worker)
+                if sent is None:
+                    return await send_to(worker)
+                await sent.head_arrived()
+                return sent
             except UpstreamError as exc:
                 # A worker that died a moment ago answered nothing (it may have started the call),
                 # so the request goes to a resumed worker instead, as the call's one retry (the
@@ -260,7 +283,11 @@ class McpEndpoint:
                     raise
                 return await send_to(await self.manager.requests.replace_dead_worker(session, worker))
 
-        upstream = await send_or_resume(connection)
+        if first is None:
+            upstream = await send_or_resume(connection)
+        else:  # sent by the steady lane already
+            sent_to = first.worker_session_id
+            upstream = await send_or_resume(connection, first.response)
         if upstream.status_code != SESSION_LOST:
             return upstream
         # The worker ended our MCP session (a ping that went unanswered while the client's stream
@@ -276,10 +303,11 @@ class McpEndpoint:
         return await send_or_resume(session.connection)  # the reopened session, or a new worker's
 
     async def _stream_answer(
-        self, session: Session, receive: Receive, send: Send, upstream: UpstreamResponse, exchange: Exchange
+        self, session: Session, receive: Receive, send: Send, upstream: UpstreamResponse, exchange: Exchange,
+        wait: float,
     ) -> None:
-        await upstream.settle(WHOLE_ANSWER_WAIT)
-        await send_start(send, 200, _sse_headers(upstream, session))
+        await upstream.settle(wait)
+        await send_start(send, 200, sse_answer_headers(upstream, session))
         if upstream.complete:
             # The usual case: the worker wrote its answer and the stream's end at once, so there
             # is no silence to fill and no client to watch: no task group, one write.
@@ -304,6 +332,50 @@ class McpEndpoint:
         if relayed and (missing := await answer_missing(exchange)):
             await send({"type": "http.response.body", "body": missing, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
+
+    # -- the steady lane (router/http/steady.py) -----------------------------------------------
+
+    def steady_exchange(self, headers: Headers, body: bytes, timing: RequestTiming) -> Exchange | None:
+        """The exchange of a POST the steady lane may serve: a tool call, in every way one that
+        ``_post`` would send on to the session's worker at once, on a session whose worker is up
+        and needs nothing first (``SessionRequests.steady``). None for any other request, which
+        the chain serves (and answers any error of)."""
+        if _media_type(headers) != JSON or not _accepts(headers, JSON, SSE) or len(body) > self.max_body_bytes:
+            return None
+        session_id = headers.get(H_SESSION_ID)
+        version = headers.get(H_PROTOCOL_VERSION)
+        if session_id is None or (version is not None and version not in HANDSHAKE_VERSIONS):
+            return None
+        session = self.manager.sessions.get(session_id)
+        if session is None or not self.manager.requests.steady(session):
+            return None
+        try:
+            message = parse(body)
+        except RouterError:
+            return None
+        if message.kind is not Kind.REQUEST or message.method != "tools/call" or message.id in session.requests:
+            return None
+        exchange = Exchange(self.hooks, session, message, timing)
+        return exchange if exchange.needs_worker() else None
+
+    async def continue_steady(self, first: FirstSend, scope: Scope, receive: Receive, send: Send) -> None:
+        """A request the steady lane sent and hands over (its answer is not one plain event, or
+        is slow, or the exchange broke): served on from there as ``_post`` serves a request."""
+        send = leaving(send)
+        exchange = first.exchange
+        try:
+            try:
+                try:
+                    await self._forward_request(exchange.session, scope, receive, send, exchange, first)
+                finally:
+                    exchange.after_answer()
+                    self.manager.requests.served(exchange.session, exchange.message, first.url_before)
+            finally:
+                first.leave()
+                exchange.finish()
+        except RouterError as exc:
+            exc.request_id = exchange.message.id
+            await exc.response()(scope, receive, send)
 
     # -- GET ----------------------------------------------------------------------------------
 
@@ -332,6 +404,10 @@ class McpEndpoint:
 # -- helpers ----------------------------------------------------------------------------------
 
 
+def _media_type(headers: Headers) -> str:
+    return headers.get("content-type", "").split(";")[0].strip().lower()
+
+
 def _accepts(headers: Headers, *types: str) -> bool:
     accept = headers.get("accept", "")
     offered = {part.split(";")[0].strip().lower() for part in accept.split(",")}
@@ -354,7 +430,8 @@ def _plain_headers(upstream: UpstreamResponse, session: Session) -> list[tuple[b
     return downstream_headers(upstream.headers, router_session_id=session.id)
 
 
-def _sse_headers(upstream: UpstreamResponse, session: Session) -> list[tuple[bytes, bytes]]:
+def sse_answer_headers(upstream: UpstreamResponse, session: Session) -> list[tuple[bytes, bytes]]:
+    """The head of a worker's SSE answer as the client gets it."""
     headers = [h for h in _plain_headers(upstream, session) if h[0] != b"content-type"]
     return [*headers, *SSE_HEADERS]
 

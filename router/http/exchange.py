@@ -51,8 +51,9 @@ class ExchangeHooks:
     # Answers the router gives itself while a session has no worker (ping, cached tools/list).
     cached_answer: Callable[[Session, ClientMessage], dict[str, Any] | None]
     renew_browser: Callable[[Session], Awaitable[str]]
-    # Notes a tool answer's page URL and adds a pending resume notice; True when it changed it.
-    on_tool_answer: Callable[[Session, dict[str, Any], Extracted], bool]
+    # Notes a tool answer's page URL and (``notice=True``) adds a pending resume notice to it;
+    # True when it changed the answer.
+    on_tool_answer: Callable[..., bool]
     # resources/* and prompts/*, answered from the record and the prompt files (router/catalog/).
     catalog: Catalog | None = None
     # Told of each tool call done, so a browser that dies under its worker is noticed.
@@ -71,6 +72,8 @@ class Exchange:
     # (status, ms) once answered or failed; counted and logged by finish(), after the answer.
     outcome: tuple[str, float] | None = None
     request_recorded: bool = False
+    # A tool answer (parsed) whose text after_answer() reads once it has left.
+    _read_later: dict[str, Any] | None = field(default=None, init=False)
 
     def record_request(self) -> None:
         """The request's row, once: called as the request leaves for the worker (so enqueueing
@@ -173,6 +176,21 @@ class Exchange:
         return error_body(REQUEST_CANCELLED, CANCELLED_MESSAGE, None, self.message.id)
 
     async def _answer(self, payload: bytes) -> bytes | None:
+        taken = self.take_answer(payload)
+        if taken is None:
+            return None
+        await self.write_ahead()
+        return None if taken is payload else taken
+
+    def take_answer(self, payload: bytes) -> bytes | None:
+        """When ``payload`` is the answer to this request: records it (the write-ahead it must
+        wait for is the caller's) and returns what the client gets (``payload`` itself when
+        untouched); else None, and nothing is done.
+
+        A tool answer's text is read after it has left (``after_answer``: the page URL, the
+        catalog's notifications), and its row's snapshot and console by the record as it writes
+        the row (``RowWriter``): only a resume notice to add or a compact answer needs it read
+        first."""
         try:
             parsed = json.loads(payload)
         except ValueError:
@@ -183,11 +201,29 @@ class Exchange:
             and ("result" in parsed or "error" in parsed)
         ):
             return None
-        # A tool answer's text is read once, here, for the record, the catalog and continuity.
         result = parsed.get("result")
-        facts = summarize(result) if self.is_tool_call and isinstance(result, dict) else None
-        facts = await self._complete(parsed, facts, payload=payload)
-        return self._rewrite(parsed, payload, facts)
+        facts = None
+        if self.is_tool_call and isinstance(result, dict):
+            session = self.session
+            if session.resumed_notice is not None or session.response_mode == "compact":
+                facts = summarize(result)
+            else:
+                self._read_later = parsed
+        facts = self._record(parsed, facts, payload=payload)
+        replaced = self._rewrite(parsed, payload, facts)
+        return payload if replaced is None else replaced
+
+    def after_answer(self) -> None:
+        """What a tool answer's text tells the router, read once the client has the answer: the
+        page URL and the refs' frame (``on_tool_answer``), and the catalog's notifications."""
+        parsed, self._read_later = self._read_later, None
+        if parsed is None:
+            return
+        facts = summarize(parsed["result"])
+        if self.hooks.catalog is not None:
+            self.hooks.catalog.after_tool_answer(self.session, self.message.tool_name, facts)
+        # A notice is the next answer's: this one has left.
+        self.hooks.on_tool_answer(self.session, parsed, facts, notice=False)
 
     def _rewrite(self, response: dict[str, Any], payload: bytes, facts: Extracted | None = None) -> bytes | None:
         """What the client gets instead of the worker's bytes, or None for the bytes untouched."""
@@ -202,8 +238,10 @@ class Exchange:
             result = self.hooks.tool_policy.filter_list(response["result"])
             response["result"] = tools.with_router_tools(result)
             return json.dumps(response).encode()
-        if method != "tools/call" or facts is None:
+        if method != "tools/call":
             return None
+        if facts is None:  # read after the answer left (after_answer), or no result to read
+            return tools.with_ref_meta(response, payload, self.ref_id) if self._read_later is not None else None
         if catalog is not None:
             catalog.after_tool_answer(self.session, self.message.tool_name, facts)
         # Notes the page URL; the first answer after a resume gets a notice.
@@ -216,11 +254,31 @@ class Exchange:
                 return json.dumps(response).encode()
         return tools.with_ref_meta(response, payload, self.ref_id)
 
-    async def _complete(
+    async def _complete(self, response: dict[str, Any]) -> None:
+        """Records the router's own answer, and waits for its write-ahead."""
+        self._record(response)
+        await self.write_ahead()
+
+    def durable_now(self) -> bool:
+        """Whether the answer taken may leave at once: its row is durable without waiting, or need
+        not be (not a tool call, no record); else ``write_ahead`` is awaited first."""
+        recorder = self.hooks.recorder
+        return recorder is None or not self.is_tool_call or recorder.ahead_now()
+
+    async def write_ahead(self) -> None:
+        """A tool call's row whose answer reaches the client must survive a SIGKILL of the router:
+        in the write-ahead file now, committed by finish(). If it could not be written the client
+        still gets its answer (counted)."""
+        recorder = self.hooks.recorder
+        if recorder is not None and self.is_tool_call and not await recorder.write_ahead():
+            log.warning("call answered without its record session=%s ref=%s", self.session.id, self.ref_id)
+
+    def _record(
         self, response: dict[str, Any], facts: Extracted | None = None, *, payload: bytes | None = None
     ) -> Extracted | None:
         """Records the answer (from the worker's own bytes, ``payload``, when it has them: kept as
-        they are); ``facts`` back, with the linked snapshot if it was read for that."""
+        they are); ``facts`` back, with the linked snapshot if it was read for that. Without
+        ``facts``, the writer thread reads the snapshot and console from the answer."""
         self.done = True
         self.record_request()
         result = response.get("result")
@@ -248,11 +306,6 @@ class Exchange:
                 duration_ms=self._elapsed_ms(),
                 output_dir=output_dir,
             )
-            # A tool call's row whose answer reached the client must survive a SIGKILL of the
-            # router: in the write-ahead file now, committed by finish(). If it could not be
-            # written the client still gets its answer (counted).
-            if self.is_tool_call and not await recorder.write_ahead():
-                log.warning("call answered without its record session=%s ref=%s", self.session.id, self.ref_id)
         self._end("error" if is_error else "success")
         return facts
 

@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from router.http.errors import BadRequest, Forbidden, MisdirectedRequest
+from router.http.errors import BadRequest, Forbidden, MisdirectedRequest, RouterError
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
 WILDCARD = "*"
@@ -65,25 +65,30 @@ class SecurityMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        host = origin = None
-        hosts = origins = 0
-        for key, value in scope["headers"]:
-            if key == b"host":
-                host = value.decode("latin-1")
-                hosts += 1
-            elif key == b"origin":
-                origin = value.decode("latin-1")
-                origins += 1
-        if hosts > 1 or origins > 1:
-            # Which one counts would differ between the checks here and whatever reads the request
-            # next; RFC 9112 answers two Hosts with 400, and a browser never sends two of either.
-            await BadRequest("more than one Host or Origin header").response()(scope, receive, send)
-            return
-        if not self.policy.host_allowed(host):
-            await MisdirectedRequest(f"Host not allowed: {host!r}").response()(scope, receive, send)
-            return
-        if not self.policy.origin_allowed(origin):
-            await Forbidden(f"Origin not allowed: {origin!r}").response()(scope, receive, send)
+        refusal = request_refusal(self.policy, scope["headers"])
+        if refusal is not None:
+            await refusal.response()(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
+
+def request_refusal(policy: OriginPolicy, headers: Iterable[tuple[bytes, bytes]]) -> RouterError | None:
+    """What a request with these headers gets instead of an answer, or None when it may go on."""
+    host = origin = None
+    hosts = origins = 0
+    for key, value in headers:
+        if key == b"host":
+            host = value.decode("latin-1")
+            hosts += 1
+        elif key == b"origin":
+            origin = value.decode("latin-1")
+            origins += 1
+    if hosts > 1 or origins > 1:
+        # Which one counts would differ between the checks here and whatever reads the request
+        # next; RFC 9112 answers two Hosts with 400, and a browser never sends two of either.
+        return BadRequest("more than one Host or Origin header")
+    if not policy.host_allowed(host):
+        return MisdirectedRequest(f"Host not allowed: {host!r}")
+    if not policy.origin_allowed(origin):
+        return Forbidden(f"Origin not allowed: {origin!r}")
+    return None

@@ -14,9 +14,10 @@ behind it is queued by uvicorn and started when the answer is complete, as behin
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Final
 
-from starlette.types import Scope
+from starlette.types import ASGIApp, Scope
 
 from router.http.direct import DirectLane, DirectRequest
 from router.http.limits import LimitedHttpToolsProtocol
@@ -134,13 +135,23 @@ class RouterHttpProtocol(LimitedHttpToolsProtocol):
             self, body, keep_alive=self._keep_alive, default_headers=self.server_state.default_headers
         )
         self.cycle = self._direct = request  # type: ignore[assignment]
+        lane.served += 1
+        # This message's scope (uvicorn makes one per message): by the time the steady lane hands
+        # a request over, the protocol's may be a pipelined request's.
         scope: Scope = self.scope  # type: ignore[assignment]  # uvicorn's TypedDict, an ASGI scope
         scope["method"] = "POST"
         scope["path"] = lane.path_text
         scope["raw_path"] = lane.path
         scope["query_string"] = b""
-        lane.served += 1
-        task = self.loop.create_task(request.run(lane.app, scope))
+        steady = lane.steady
+        if steady is not None and steady.take(request, self.headers, body, partial(self._run, request, scope)):
+            return
+        self._run(request, scope, lane.app, self.headers)
+
+    def _run(self, request: DirectRequest, scope: Scope, app: ASGIApp, headers: list[tuple[bytes, bytes]]) -> None:
+        """``request`` served by ``app`` as the connection's task (``headers``: as the app sees them)."""
+        scope["headers"] = headers
+        task = self.loop.create_task(request.run(app, scope))
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
 

@@ -7,6 +7,7 @@ from typing import Any, Final
 
 KEEPALIVE_COMMENT = b": keep-alive\n\n"
 _PLAIN_EVENT: Final = b"event: message\ndata: "
+_PLAIN_EVENT_CRLF: Final = _PLAIN_EVENT.replace(b"\n", b"\r\n")
 _BOUNDARIES: Final = (b"\n\n", b"\r\n\r\n", b"\r\r")
 # One event (a tool's answer, with its base64 screenshots) is held whole before it is forwarded;
 # past this it would only grow the router's memory, so the event is refused instead.
@@ -137,10 +138,14 @@ def event_json(event: bytes) -> Any:
 
 def lone_event_data(data: bytes) -> bytes | None:
     """The data of ``data`` when it is exactly one event as ``encode_event`` writes it without an
-    id (one ``message`` event, one data line: how a worker's answer usually comes), else None."""
-    if not (data.startswith(_PLAIN_EVENT) and data.endswith(b"\n\n")):
+    id (one ``message`` event, one data line: how a worker's answer usually comes), or the same
+    with CRLF line ends (how the MCP python-sdk's servers write it), else None."""
+    if data.startswith(_PLAIN_EVENT) and data.endswith(b"\n\n"):
+        payload = data[len(_PLAIN_EVENT):-2]
+    elif data.startswith(_PLAIN_EVENT_CRLF) and data.endswith(b"\r\n\r\n"):
+        payload = data[len(_PLAIN_EVENT_CRLF):-4]
+    else:
         return None
-    payload = data[len(_PLAIN_EVENT):-2]
     return payload if b"\n" not in payload and b"\r" not in payload else None
 
 

@@ -24,6 +24,13 @@ class RequestTiming:
     # histogram measures it, so such a request is left out of the router-added figure.
     started_worker: bool = False
 
+    def router_share(self, whole_s: float) -> float | None:
+        """The router's share of a request that took ``whole_s``: its time less the worker's;
+        None when the worker's is unknown or the request had to start a worker."""
+        if self.upstream_s is None or self.started_worker:
+            return None
+        return max(whole_s - self.upstream_s, 0.0)
+
 
 def request_timing(scope: Scope) -> RequestTiming | None:
     state = scope.get("state")

@@ -52,7 +52,10 @@ class ConnectionBroken(UpstreamError):
 class UpstreamResponse:
     """A worker's answer: status and headers at once, the body as it arrives."""
 
-    __slots__ = ("_chunks", "_complete", "_connection", "_error", "_head", "_size", "_waiter", "headers", "status_code")
+    __slots__ = (
+        "_chunks", "_complete", "_connection", "_error", "_head", "_size", "_waiter",
+        "headers", "on_done", "status_code",
+    )
 
     def __init__(self, connection: _Connection, head: asyncio.Future[None]) -> None:
         self.status_code = 0
@@ -64,6 +67,8 @@ class UpstreamResponse:
         self._complete = False
         self._error: UpstreamError | None = None
         self._waiter: asyncio.Future[None] | None = None
+        # Called once the whole body has arrived or the exchange broke (for a reader in callbacks).
+        self.on_done: Callable[[], None] | None = None
 
     def header(self, name: bytes) -> bytes | None:
         for key, value in self.headers:
@@ -80,6 +85,25 @@ class UpstreamResponse:
     def complete(self) -> bool:
         """The whole body has arrived (it may still be unread)."""
         return self._complete
+
+    def peek(self) -> bytes:
+        """What has arrived and is unread, left unread."""
+        chunks = self._chunks
+        if len(chunks) > 1:
+            joined = b"".join(chunks)
+            chunks.clear()
+            chunks.append(joined)
+        return chunks[0] if chunks else b""
+
+    async def head_arrived(self) -> None:
+        """Until the status and headers are in: an UpstreamError when the exchange broke first; a
+        wait cancelled spoils the connection, which is closed."""
+        try:
+            await self._head
+        except BaseException:
+            if self._connection is not None:
+                self._connection.abandon(self)
+            raise
 
     def read_now(self) -> bytes:
         """What has arrived and is unread, without waiting (``b""`` when nothing has)."""
@@ -144,6 +168,7 @@ class UpstreamResponse:
         self._complete = True
         self._connection = None
         self._wake()
+        self._done()
 
     def _fail(self, error: UpstreamError) -> None:
         if self._complete:
@@ -152,6 +177,12 @@ class UpstreamResponse:
         if not self._head.done():
             self._head.set_exception(error)
         self._wake()
+        self._done()
+
+    def _done(self) -> None:
+        on_done, self.on_done = self.on_done, None
+        if on_done is not None:
+            on_done()
 
     def _consumed(self) -> None:
         was, self._size = self._size, 0
@@ -313,16 +344,26 @@ class UpstreamPool:
         if self._closed:
             raise ConnectFailed("the worker's connection pool is closed")
         connection = self._take() or await self._connect()
-        head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        response = connection.start(_encode(method, self.path, headers, body), head)
+        response = connection.start(_encode(method, self.path, headers, body), _new_head())
         try:
             if sent is not None:
                 sent()
-            await head
         except BaseException:
-            connection.abandon(response)  # cancelled, or broken: the socket is of no further use
+            connection.abandon(response)  # the socket is of no further use
             raise
+        await response.head_arrived()  # cancelled, or broken: the socket is closed
         return response
+
+    def send_now(
+        self, method: str, headers: Iterable[tuple[bytes, bytes]], body: bytes | None = None
+    ) -> UpstreamResponse | None:
+        """Sends one request on an idle kept-alive connection, without waiting for anything;
+        None (and nothing sent) when no connection is idle. The answer's head is awaited with
+        ``head_arrived``, or its end heard with ``on_done``."""
+        connection = None if self._closed else self._take()
+        if connection is None:
+            return None
+        return connection.start(_encode(method, self.path, headers, body), _new_head())
 
     @property
     def busy(self) -> int:
@@ -368,6 +409,10 @@ class UpstreamPool:
             raise ConnectFailed(f"cannot connect to the worker at {self.host}:{self.port}: {exc!r}") from None
         self._open.add(connection)
         return connection
+
+
+def _new_head() -> asyncio.Future[None]:
+    return asyncio.get_running_loop().create_future()
 
 
 def _encode(method: str, path: bytes, headers: Iterable[tuple[bytes, bytes]], body: bytes | None) -> bytes:

@@ -255,7 +255,7 @@ class TimedEndpoint:
         try:
             await self.app(scope, receive, send)
         finally:
-            if timing.upstream_s is not None and not timing.started_worker:
-                added = self.clock() - started - timing.upstream_s
-                self.metrics.router_seconds.observe(max(added, 0.0))
+            added = timing.router_share(self.clock() - started)
+            if added is not None:
+                self.metrics.router_seconds.observe(added)
 

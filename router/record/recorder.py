@@ -174,11 +174,18 @@ class Recorder(RecordEnqueue):
         """What a tool answer waits for: everything enqueued so far is durable, in the write-ahead
         file or committed (``flush_rows``, counted, when the file cannot take it: a backlog past
         its share, a drop, the file given up). ``settle()`` commits it once the answer left."""
-        if self._done < self._queue.enqueued and self.writer_alive:
-            if self._ahead.cover(self._queue, self._done):
-                return True
+        if self.ahead_now():
+            return True
+        if self.writer_alive:
             self._answers_waited += 1
         return await self.flush_rows()
+
+    def ahead_now(self) -> bool:
+        """``write_ahead`` when it need not wait: True once everything enqueued is durable (the
+        write-ahead file took what SQLite has not got); False when the caller must await it."""
+        if self._done >= self._queue.enqueued:
+            return True
+        return self.writer_alive and self._ahead.cover(self._queue, self._done)
 
     def settle(self) -> None:
         """Commits what the write-ahead file holds, after the answer that waited for it left,

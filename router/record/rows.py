@@ -13,7 +13,7 @@ from typing import Any, Final
 from router.layout import StateLayout
 from router.record import files
 from router.record.call_view import inline_images
-from router.record.snapshots import extract, normalize_console, tool_result
+from router.record.snapshots import extract, normalize_console, summarize, tool_result
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +178,19 @@ class RowWriter:
         """The row the answer promised; what is read from the worker's files comes later."""
         status, result, page_snapshot, console_lines, error, duration_ms, output_dir, cwd = item.data
         result_text = to_json(result)
+        # Nothing to read for an answer without any of the markers (browser_tabs, an error...).
+        enrich = bool(output_dir) and result_text is not None and (
+            isinstance(result, Mapping) or any(marker in result_text for marker in ENRICH_MARKERS)
+        )
+        if enrich and page_snapshot is None and console_lines is None:
+            # What there is to keep may all be in the answer's text (an inline snapshot, console
+            # lines) or in small linked files: read for the row itself, not by an enrichment
+            # after its commit (a second transaction).
+            parsed = tool_result(result)
+            now = summarize(parsed).for_record(Path(output_dir)) if parsed is not None else None
+            if now is not None:
+                page_snapshot, console_lines = now
+                enrich = False
         lines = list(console_lines) if console_lines else None
         conn.execute(
             """INSERT INTO responses (ref_id, status, result, page_snapshot, console_logs, error, ts,
@@ -186,10 +199,9 @@ class RowWriter:
         )
         if lines:
             self._insert_console(conn, item.key, lines, item.ts)
-        if not output_dir or result_text is None:
+        if not enrich:
             return None
-        if not isinstance(result, Mapping) and not any(marker in result_text for marker in ENRICH_MARKERS):
-            return None  # nothing to read (browser_tabs, an error...): spares the writer thread a hop
+        assert output_dir is not None and result_text is not None
         return Enrichment(
             item.key, item.ts, result if isinstance(result, Mapping) else result_text, Path(output_dir), cwd,
             want_snapshot=page_snapshot is None, want_console=console_lines is None,

@@ -47,10 +47,10 @@ def partial_notice(reason: str) -> str:
     )
 
 
-def on_tool_answer(session: Session, response: dict[str, Any], facts: Extracted) -> bool:
+def on_tool_answer(session: Session, response: dict[str, Any], facts: Extracted, *, notice: bool = True) -> bool:
     """Called with each tools/call answer and its summary: notes the page URL and the refs'
-    frame, and adds the resume notice to the first answer after a resume. True when
-    ``response`` was changed."""
+    frame, and adds the resume notice to the first answer after a resume (unless ``notice`` is
+    False: an answer read after it left). True when ``response`` was changed."""
     result = response.get("result")
     content = result.get("content") if isinstance(result, dict) else None
     if not isinstance(content, list):
@@ -64,8 +64,8 @@ def on_tool_answer(session: Session, response: dict[str, Any], facts: Extracted)
         frame = ref_frame(text) if text else None
     if frame is not None:
         session.ref_frame = frame
-    notice, session.resumed_notice = session.resumed_notice, None
-    if notice is None:
+    if not notice or session.resumed_notice is None:
         return False
-    content.append({"type": "text", "text": notice})
+    content.append({"type": "text", "text": session.resumed_notice})
+    session.resumed_notice = None
     return True

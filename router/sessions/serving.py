@@ -60,7 +60,6 @@ class RequestServing:
         """A client request (counted in flight by the endpoint): given a worker (resuming if
         needed), and, when it was a browser tool call, followed by a debounced save of the browser
         state. Yields whether a worker had to be started for it."""
-        tool = message.tool_name or ""
         url_before = session.current_url
         try:
             started = await self.ensure_worker(session)
@@ -70,12 +69,31 @@ class RequestServing:
                 await self._relay_joined(session)
             yield started
         finally:  # a call that failed after its tool ran may have changed the browser too
-            if tool.startswith("browser_") and session.connection is not None:
-                session.browser_used = True
-                # A snapshot changes no cookie and no tab, unless the page moved meanwhile (a
-                # login's redirect landing during browser_wait_for sets the session cookie).
-                if not self.handshakes.read_only(tool) or session.current_url != url_before:
-                    self.upkeep.schedule_save(session)
+            self.served(session, message, url_before)
+
+    def steady(self, session: Session) -> bool:
+        """Whether ``serving`` would yield at once for a request on ``session`` (its worker is up,
+        no roots to renew, no relay to wait for): such a request may be served without it, with
+        ``served`` at its end (the server's steady lane, ``router/http/steady.py``)."""
+        connection = session.connection
+        return (
+            connection is not None
+            and session.state not in ENDED
+            and connection.worker.alive()
+            and not session.roots.worker_behind
+            and (not session.stream.held or session.relay_ready.is_set())
+        )
+
+    def served(self, session: Session, message: ClientMessage, url_before: str | None) -> None:
+        """A request's end: a browser tool call (which may have changed the browser, even one that
+        failed after its tool ran) has the browser state saved, debounced."""
+        tool = message.tool_name or ""
+        if tool.startswith("browser_") and session.connection is not None:
+            session.browser_used = True
+            # A snapshot changes no cookie and no tab, unless the page moved meanwhile (a
+            # login's redirect landing during browser_wait_for sets the session cookie).
+            if not self.handshakes.read_only(tool) or session.current_url != url_before:
+                self.upkeep.schedule_save(session)
 
     async def _relay_joined(self, session: Session) -> None:
         """Waits (RELAY_WAIT at most) until the client's GET stream, if it has one, relays the

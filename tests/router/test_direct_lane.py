@@ -1,8 +1,10 @@
 """The direct lane (router/http/direct.py, server.py): POSTs to /mcp served by the server's protocol
-without uvicorn's request cycle. Each test runs against a router with the lane and one without it
-(``--no-direct-lane``), and both must answer alike: what a client sees on the wire (keep-alive,
-pipelining, ``Connection: close``, chunked bodies, bodies past the cap, a client that goes) is the
-HTTP server's business, and the lane must not change it."""
+without uvicorn's request cycle. Each test runs against a router with the lane as ``serve`` runs it
+(its tool calls answered by the steady lane, router/http/steady.py), one with the lane alone
+(``--no-steady-lane``) and one without either (``--no-direct-lane``), and all must answer alike:
+what a client sees on the wire (keep-alive, pipelining, ``Connection: close``, chunked bodies,
+bodies past the cap, a client that goes) is the HTTP server's business, and the lanes must not
+change it."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import httpx
 import pytest
 
 from router.http.server import LANE_MAX_BODY
-from tests.support import RawClient, RouterThread, router_settings
+from tests.support import RawClient, RouterThread, raw_post, router_settings
 from tests.support.auth import TEST_TOKEN
 from tests.support.wait import wait_for
 from workers.orphans import processes_for
@@ -25,10 +27,15 @@ SOCKET_TIMEOUT: Final = 20.0
 GONE_TIMEOUT: Final = 20.0
 
 
-@pytest.fixture(scope="module", params=[True, False], ids=["lane", "uvicorn"])
+# The lane as `serve` runs it (its tool calls answered by the steady lane), the lane alone, uvicorn.
+LANES: Final = {"lane": (True, True), "lane-no-steady": (True, False), "uvicorn": (False, False)}
+
+
+@pytest.fixture(scope="module", params=list(LANES))
 def router(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterThread]:
-    state = tmp_path_factory.mktemp("lane" if request.param else "no-lane")
-    settings = router_settings(state, direct_lane=request.param, max_body_bytes=MAX_BODY)
+    state = tmp_path_factory.mktemp(request.param)
+    direct, steady = LANES[request.param]
+    settings = router_settings(state, direct_lane=direct, steady_lane=steady, max_body_bytes=MAX_BODY)
     with RouterThread(settings) as served:
         yield served
     wait_for(lambda: not processes_for(state), timeout=GONE_TIMEOUT)
@@ -50,27 +57,6 @@ def call_body(id: int, tool: str = "echo", **arguments: Any) -> bytes:
     return json.dumps(
         {"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
     ).encode()
-
-
-def raw_post(session: RawClient, body: bytes, *extra: str, chunked: bool = False) -> bytes:
-    assert session.session_id is not None
-    lines = [
-        "POST /mcp HTTP/1.1",
-        "Host: 127.0.0.1",
-        "Content-Type: application/json",
-        "Accept: application/json, text/event-stream",
-        f"Authorization: Bearer {TEST_TOKEN}",
-        f"Mcp-Session-Id: {session.session_id}",
-        *extra,
-    ]
-    if chunked:
-        lines.append("Transfer-Encoding: chunked")
-        half = len(body) // 2
-        framed = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in (body[:half], body[half:])) + b"0\r\n\r\n"
-    else:
-        lines.append(f"Content-Length: {len(body)}")
-        framed = body
-    return ("\r\n".join(lines) + "\r\n\r\n").encode() + framed
 
 
 def read_responses(sock: socket.socket, count: int) -> list[httpx.Response]:

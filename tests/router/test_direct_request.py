@@ -169,7 +169,9 @@ def test_a_plain_lone_event_is_read_without_the_splitter() -> None:
     assert lone_event_data(encode_event(b'{"id":1}', "7")) is None  # an id: the general path keeps it
     assert lone_event_data(encode_event(b"{}") * 2) is None
     assert lone_event_data(b"event: message\ndata: a\ndata: b\n\n") is None
-    assert lone_event_data(b"event: message\r\ndata: {}\r\n\r\n") is None
+    assert lone_event_data(b"event: message\r\ndata: {}\r\n\r\n") == b"{}"  # as the python-sdk writes it
+    assert lone_event_data(b"event: message\r\ndata: {}\n\n") is None
+    assert lone_event_data(b"event: message\r\ndata: a\r\ndata: b\r\n\r\n") is None
     assert lone_event_data(b"event: message\ndata: {}\n") is None  # not yet whole
 
 

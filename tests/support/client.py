@@ -124,6 +124,29 @@ class RawClient:
         self.close()
 
 
+def raw_post(session: RawClient, body: bytes, *extra: str, chunked: bool = False) -> bytes:
+    """A POST of ``body`` on ``session`` as bytes for a raw socket (``extra``: more header lines;
+    ``chunked``: the body in two chunks)."""
+    assert session.session_id is not None
+    lines = [
+        "POST /mcp HTTP/1.1",
+        "Host: 127.0.0.1",
+        "Content-Type: application/json",
+        "Accept: application/json, text/event-stream",
+        f"Authorization: Bearer {TEST_TOKEN}",
+        f"Mcp-Session-Id: {session.session_id}",
+        *extra,
+    ]
+    if chunked:
+        lines.append("Transfer-Encoding: chunked")
+        half = len(body) // 2
+        framed = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in (body[:half], body[half:])) + b"0\r\n\r\n"
+    else:
+        lines.append(f"Content-Length: {len(body)}")
+        framed = body
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + framed
+
+
 def read_until_closed(s: socket.socket) -> bytes:
     """Everything a raw socket receives until the server closes (the socket's timeout if never)."""
     data = b""

@@ -1,0 +1,219 @@
+"""The steady lane: a tool call on a session whose worker is up, served in the server's callbacks.
+
+Nearly every request a conversation makes is a tool call on a session whose worker is up and
+needs nothing first, and nearly every answer is one plain SSE event that arrives whole. Served
+through the /mcp chain, such a call is a task that passes four ASGI layers each way, awaits the
+answer's head and then its body, and reads the answer before it leaves; its Python ran on the
+call's critical path twice, cold after every pause (`scripts/bench`: the router's extra time per
+call, against a relay in Python that does none of it).
+
+Here the request goes to the worker from the parser's last callback (on an idle kept-alive
+connection to it), and its answer to the client from the worker connection's last callback,
+recorded and in the write-ahead file first; what the answer's text tells the router is read once
+it has left (``Exchange.after_answer``). The checks are the chain's own (``request_refusal``,
+``header_credentials``, ``McpEndpoint.steady_exchange``): a request any of them would refuse or
+treat otherwise is the chain's. An answer that is anything but one plain event of the call's own
+answer, not whole after the endpoint's ``WHOLE_ANSWER_WAIT``, an exchange that broke, or a write-ahead that must
+wait, is handed over to a task that serves it on as the chain would (``McpEndpoint.continue_steady``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from functools import partial
+from typing import Any
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from router.http import endpoint as mcp_endpoint
+from router.http.auth import TokenAuth, header_credentials
+from router.http.direct import DirectRequest
+from router.http.endpoint import FirstSend, McpEndpoint, sse_answer_headers
+from router.http.exchange import Exchange
+from router.http.proxy import upstream_headers
+from router.http.security import OriginPolicy, request_refusal
+from router.http.sse import encode_event, lone_event_data
+from router.http.streaming import leaving, send_start
+from router.http.timing import RequestTiming
+from router.http.upstream import UpstreamResponse
+from router.operator.metrics import Metrics
+from router.types import MCP_ENDPOINT, SSE
+
+__all__ = ["SteadyLane"]
+
+# Starts a request's ASGI app as the connection's task, with the request's headers as the app
+# sees them (the server protocol's: it tracks the task).
+Run = Callable[[ASGIApp, list[tuple[bytes, bytes]]], None]
+
+
+class SteadyLane:
+    """What the direct lane's requests try first (``router/http/server.py``); ``served`` counts
+    the calls answered here, ``handed_over`` those it sent and the chain served on."""
+
+    def __init__(
+        self, endpoint: McpEndpoint, *, policy: OriginPolicy, auth: TokenAuth | None, metrics: Metrics | None
+    ) -> None:
+        self.endpoint = endpoint
+        self.policy = policy
+        self.auth = auth
+        self.metrics = metrics
+        self.served = 0
+        self.handed_over = 0
+
+    def take(self, request: DirectRequest, headers: list[tuple[bytes, bytes]], body: bytes, run: Run) -> bool:
+        """Sends ``request`` to its worker and answers it when the answer comes; False (nothing
+        done) when the chain must serve it."""
+        started = time.perf_counter()
+        if request_refusal(self.policy, headers) is not None:
+            return False
+        auth = self.auth
+        if auth is not None:  # credentials never go past the router, shown or not
+            verdicts, headers = header_credentials(headers, auth, path=MCP_ENDPOINT)
+            if not any(verdicts) and MCP_ENDPOINT not in auth.open_paths:
+                return False
+        timing = RequestTiming()
+        exchange = self.endpoint.steady_exchange(Headers(raw=headers), body, timing)
+        if exchange is None:
+            return False
+        call = SteadyCall(self, request, exchange, timing, partial(_run_with, run, headers), started)
+        return call.send(headers)
+
+
+class SteadyCall:
+    """One call on the steady lane, from its request sent to its answer written."""
+
+    __slots__ = ("exchange", "lane", "leave", "request", "response", "run", "sent_to", "started", "timer", "timing",
+                 "url_before")
+
+    def __init__(
+        self, lane: SteadyLane, request: DirectRequest, exchange: Exchange, timing: RequestTiming,
+        run: Callable[[ASGIApp], None], started: float,
+    ) -> None:
+        self.lane = lane
+        self.request = request
+        self.exchange = exchange
+        self.timing = timing
+        self.run = run
+        self.started = started
+        self.url_before = exchange.session.current_url
+        self.sent_to = exchange.session.worker_session_id
+        self.response: UpstreamResponse | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.leave: Callable[[], None] = _nothing
+
+    def send(self, client_headers: list[tuple[bytes, bytes]]) -> bool:
+        exchange = self.exchange
+        session = exchange.session
+        connection = session.connection
+        assert connection is not None  # SessionRequests.steady
+        in_flight = session.client_request(exchange.message.id)
+        in_flight.__enter__()
+        headers = upstream_headers(client_headers, host=connection.host_header, worker_session_id=self.sent_to)
+        response = connection.upstream.send_now("POST", headers, exchange.message.raw)
+        if response is None:  # no idle connection to the worker: the chain connects one
+            in_flight.__exit__(None, None, None)
+            return False
+        self.leave = partial(_leave, in_flight)
+        self.response = response
+        exchange.record_request()
+        response.on_done = self._answered
+        self.timer = asyncio.get_running_loop().call_later(mcp_endpoint.WHOLE_ANSWER_WAIT, self._slow)
+        self.lane.served += 1
+        return True
+
+    # -- the worker's side -------------------------------------------------------------------
+
+    def _answered(self) -> None:
+        """The worker's answer is whole, or the exchange broke."""
+        assert self.timer is not None and self.response is not None
+        self.timer.cancel()
+        response = self.response
+        if response.status_code != 200 or not response.complete or not response.content_type.startswith(SSE):
+            self._hand_over(mcp_endpoint.WHOLE_ANSWER_WAIT)
+            return
+        data = response.peek()
+        payload = lone_event_data(data)
+        taken = self.exchange.take_answer(payload) if payload is not None else None
+        if taken is None:  # not one plain event of this call's answer
+            self._hand_over(mcp_endpoint.WHOLE_ANSWER_WAIT)
+            return
+        response.read_now()
+        body = data if taken is payload else encode_event(taken)
+        headers = sse_answer_headers(response, self.exchange.session)
+        if not self.exchange.durable_now():
+            self.lane.handed_over += 1
+            self.run(partial(self._answer_when_durable, headers, body))
+            return
+        self.request.answer_whole(200, headers, body)
+        # As a task, which starts after the turn's writes have left (coalesce.py flushes them
+        # first), and in which what the session's upkeep starts has the task group it needs.
+        self.run(self._after_answer)
+
+    def _slow(self) -> None:
+        """Not whole after WHOLE_ANSWER_WAIT: the chain relays it as a stream."""
+        self._hand_over(0.0)
+
+    def _hand_over(self, settle: float) -> None:
+        assert self.response is not None
+        self.response.on_done = None
+        if self.timer is not None:
+            self.timer.cancel()
+        self.lane.handed_over += 1
+        first = FirstSend(self.exchange, self.response, self.sent_to, self.url_before, settle, self.leave)
+        self.run(partial(self._serve_on, first))
+
+    # -- after the answer --------------------------------------------------------------------
+
+    async def _serve_on(self, first: FirstSend, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.lane.endpoint.continue_steady(first, scope, receive, send)
+        finally:
+            self._observe()
+
+    async def _after_answer(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._finish()
+
+    async def _answer_when_durable(
+        self, headers: list[tuple[bytes, bytes]], body: bytes, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """An answer whose row the write-ahead file could not take at once: it waits for it."""
+        try:
+            await self.exchange.write_ahead()
+            send = leaving(send)
+            await send_start(send, 200, headers)
+            await send({"type": "http.response.body", "body": body})
+        finally:
+            self._finish()
+
+    def _finish(self) -> None:
+        exchange = self.exchange
+        try:
+            exchange.after_answer()
+            self.lane.endpoint.manager.requests.served(exchange.session, exchange.message, self.url_before)
+        finally:
+            self.leave()
+            exchange.finish()
+            self._observe()
+
+    def _observe(self) -> None:
+        """The router's share of the call, as ``TimedEndpoint`` observes the chain's."""
+        metrics = self.lane.metrics
+        added = self.timing.router_share(time.perf_counter() - self.started)
+        if metrics is not None and added is not None:
+            metrics.router_seconds.observe(added)
+
+
+def _nothing(*_: Any) -> None:
+    pass
+
+
+def _leave(in_flight: AbstractContextManager[None]) -> None:
+    in_flight.__exit__(None, None, None)
+
+
+def _run_with(run: Run, headers: list[tuple[bytes, bytes]], app: ASGIApp) -> None:
+    run(app, headers)
