@@ -76,6 +76,7 @@ class FirstSend:
     have known of it."""
 
     exchange: Exchange
+    connection: WorkerConnection  # the worker it went to (the session may have another by now)
     response: UpstreamResponse
     worker_session_id: str | None  # the worker session it went to: a 404 is about that one
     url_before: str | None  # the session's page URL before the call (SessionRequests.served)
@@ -212,7 +213,7 @@ class McpEndpoint:
         self, session: Session, scope: Scope, receive: Receive, send: Send, exchange: Exchange,
         first: FirstSend | None = None,
     ) -> None:
-        connection = _connection(session)
+        connection = _connection(session) if first is None else first.connection
         local = None if first is not None else await exchange.local_answer()  # e.g. create_new_session
         if local is not None:
             await send_json(send, local, session, status=200)
@@ -368,8 +369,10 @@ class McpEndpoint:
                 try:
                     await self._forward_request(exchange.session, scope, receive, send, exchange, first)
                 finally:
-                    exchange.after_answer()
-                    self.manager.requests.served(exchange.session, exchange.message, first.url_before)
+                    try:
+                        exchange.after_answer()
+                    finally:
+                        self.manager.requests.served(exchange.session, exchange.message, first.url_before)
             finally:
                 first.leave()
                 exchange.finish()

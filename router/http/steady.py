@@ -20,11 +20,12 @@ wait, is handed over to a task that serves it on as the chain would (``McpEndpoi
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from functools import partial
-from typing import Any
+from typing import Any, Final
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -32,7 +33,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from router.http import endpoint as mcp_endpoint
 from router.http.auth import TokenAuth, header_credentials
 from router.http.direct import DirectRequest
+from router.http.dispatch import INTERNAL_ERROR_HEADERS, serve_guarded
 from router.http.endpoint import FirstSend, McpEndpoint, sse_answer_headers
+from router.http.errors import INTERNAL_ERROR, error_body
 from router.http.exchange import Exchange
 from router.http.proxy import upstream_headers
 from router.http.security import OriginPolicy, request_refusal
@@ -44,6 +47,10 @@ from router.operator.metrics import Metrics
 from router.types import MCP_ENDPOINT, SSE
 
 __all__ = ["SteadyLane"]
+
+log = logging.getLogger("mcp_router.server")
+
+LANE_FAILED: Final = "internal error on the router's steady lane"
 
 # Starts a request's ASGI app as the connection's task, with the request's headers as the app
 # sees them (the server protocol's: it tracks the task).
@@ -86,8 +93,10 @@ class SteadyLane:
 class SteadyCall:
     """One call on the steady lane, from its request sent to its answer written."""
 
-    __slots__ = ("exchange", "lane", "leave", "request", "response", "run", "sent_to", "started", "timer", "timing",
-                 "url_before")
+    __slots__ = (
+        "connection", "exchange", "lane", "leave", "request", "response", "run", "sent_to", "started", "timer",
+        "timing", "url_before",
+    )
 
     def __init__(
         self, lane: SteadyLane, request: DirectRequest, exchange: Exchange, timing: RequestTiming,
@@ -101,6 +110,7 @@ class SteadyCall:
         self.started = started
         self.url_before = exchange.session.current_url
         self.sent_to = exchange.session.worker_session_id
+        self.connection = exchange.session.connection
         self.response: UpstreamResponse | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.leave: Callable[[], None] = _nothing
@@ -108,12 +118,16 @@ class SteadyCall:
     def send(self, client_headers: list[tuple[bytes, bytes]]) -> bool:
         exchange = self.exchange
         session = exchange.session
-        connection = session.connection
+        connection = self.connection
         assert connection is not None  # SessionRequests.steady
         in_flight = session.client_request(exchange.message.id)
         in_flight.__enter__()
-        headers = upstream_headers(client_headers, host=connection.host_header, worker_session_id=self.sent_to)
-        response = connection.upstream.send_now("POST", headers, exchange.message.raw)
+        try:
+            headers = upstream_headers(client_headers, host=connection.host_header, worker_session_id=self.sent_to)
+            response = connection.upstream.send_now("POST", headers, exchange.message.raw)
+        except Exception:  # nothing was sent: the chain serves it (and meets the problem itself)
+            log.exception("steady lane: a call not sent session=%s", session.id)
+            response = None
         if response is None:  # no idle connection to the worker: the chain connects one
             in_flight.__exit__(None, None, None)
             return False
@@ -128,7 +142,14 @@ class SteadyCall:
     # -- the worker's side -------------------------------------------------------------------
 
     def _answered(self) -> None:
-        """The worker's answer is whole, or the exchange broke."""
+        """The worker's answer is whole, or the exchange broke, or the answer is past what is held
+        unread."""
+        try:
+            self._answer()
+        except Exception:
+            self._broke()
+
+    def _answer(self) -> None:
         assert self.timer is not None and self.response is not None
         self.timer.cancel()
         response = self.response
@@ -146,25 +167,46 @@ class SteadyCall:
         headers = sse_answer_headers(response, self.exchange.session)
         if not self.exchange.durable_now():
             self.lane.handed_over += 1
-            self.run(partial(self._answer_when_durable, headers, body))
+            self._run_guarded(partial(self._answer_when_durable, headers, body))
             return
         self.request.answer_whole(200, headers, body)
         # As a task, which starts after the turn's writes have left (coalesce.py flushes them
         # first), and in which what the session's upkeep starts has the task group it needs.
-        self.run(self._after_answer)
+        self._run_guarded(self._after_answer)
 
     def _slow(self) -> None:
         """Not whole after WHOLE_ANSWER_WAIT: the chain relays it as a stream."""
-        self._hand_over(0.0)
+        try:
+            self._hand_over(0.0)
+        except Exception:
+            self._broke()
 
     def _hand_over(self, settle: float) -> None:
-        assert self.response is not None
-        self.response.on_done = None
+        assert self.response is not None and self.connection is not None
+        self._stop_listening()
+        self.lane.handed_over += 1
+        first = FirstSend(
+            self.exchange, self.connection, self.response, self.sent_to, self.url_before, settle, self.leave
+        )
+        self._run_guarded(partial(self._serve_on, first))
+
+    def _stop_listening(self) -> None:
+        if self.response is not None:
+            self.response.on_done = None
         if self.timer is not None:
             self.timer.cancel()
-        self.lane.handed_over += 1
-        first = FirstSend(self.exchange, self.response, self.sent_to, self.url_before, settle, self.leave)
-        self.run(partial(self._serve_on, first))
+
+    def _broke(self) -> None:
+        """A failure in the lane's own callbacks (a bug): logged, and the call ends as the chain
+        ends one that raised: a JSON-RPC 500 if nothing was written, in the record as failed, its
+        id no longer in flight."""
+        log.exception("steady lane: a call failed session=%s", self.exchange.session.id)
+        self._stop_listening()
+        self.run(self._fail)
+
+    def _run_guarded(self, app: ASGIApp) -> None:
+        """``app`` as the connection's task, behind the chain's last resort (``serve_guarded``)."""
+        self.run(partial(serve_guarded, app))
 
     # -- after the answer --------------------------------------------------------------------
 
@@ -176,6 +218,19 @@ class SteadyCall:
 
     async def _after_answer(self, scope: Scope, receive: Receive, send: Send) -> None:
         self._finish()
+
+    async def _fail(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            if self.response is not None:
+                await self.response.aclose()  # an answer not read whole spoils its connection
+            await self.exchange.failed(LANE_FAILED)
+            if not self.request.response_started:
+                body = error_body(INTERNAL_ERROR, "Internal error", None, self.exchange.message.id)
+                headers = [*INTERNAL_ERROR_HEADERS, (b"content-length", b"%d" % len(body))]
+                await send_start(send, 500, headers)
+                await send({"type": "http.response.body", "body": body})
+        finally:
+            self._finish()
 
     async def _answer_when_durable(
         self, headers: list[tuple[bytes, bytes]], body: bytes, scope: Scope, receive: Receive, send: Send
@@ -192,8 +247,10 @@ class SteadyCall:
     def _finish(self) -> None:
         exchange = self.exchange
         try:
-            exchange.after_answer()
-            self.lane.endpoint.manager.requests.served(exchange.session, exchange.message, self.url_before)
+            try:
+                exchange.after_answer()
+            finally:
+                self.lane.endpoint.manager.requests.served(exchange.session, exchange.message, self.url_before)
         finally:
             self.leave()
             exchange.finish()

@@ -67,7 +67,8 @@ class UpstreamResponse:
         self._complete = False
         self._error: UpstreamError | None = None
         self._waiter: asyncio.Future[None] | None = None
-        # Called once the whole body has arrived or the exchange broke (for a reader in callbacks).
+        # Called once the whole body has arrived, the exchange broke, or the body unread grew past
+        # HIGH_WATER (the socket paused: a reader in callbacks must start reading).
         self.on_done: Callable[[], None] | None = None
 
     def header(self, name: bytes) -> bytes | None:
@@ -162,6 +163,9 @@ class UpstreamResponse:
         self._size += len(data)
         if self._size > HIGH_WATER and self._connection is not None:
             self._connection.pause()
+            self._wake()
+            self._done()
+            return
         self._wake()
 
     def _finish(self) -> None:

@@ -186,8 +186,11 @@ class RowWriter:
             # What there is to keep may all be in the answer's text (an inline snapshot, console
             # lines) or in small linked files: read for the row itself, not by an enrichment
             # after its commit (a second transaction).
-            parsed = tool_result(result)
-            now = summarize(parsed).for_record(Path(output_dir)) if parsed is not None else None
+            try:
+                parsed = tool_result(result)
+                now = summarize(parsed).for_record(Path(output_dir)) if parsed is not None else None
+            except Exception:  # the row first: what went wrong is the enrichment's to meet, apart
+                now = None
             if now is not None:
                 page_snapshot, console_lines = now
                 enrich = False

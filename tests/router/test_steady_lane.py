@@ -15,8 +15,9 @@ from typing import Any, Final
 import pytest
 
 from router.http import endpoint
+from router.http.exchange import Exchange
 from router.http.steady import SteadyLane
-from router.http.upstream import UpstreamPool
+from router.http.upstream import HIGH_WATER, UpstreamPool
 from router.record.recorder import Recorder
 from tests.support import (
     RawClient,
@@ -157,6 +158,19 @@ def test_a_worker_that_dies_mid_call_gets_an_error_and_the_session_goes_on(
     expect(router, before, served=1, handed_over=1)
 
 
+def test_an_answer_past_what_is_held_unread_is_relayed_as_it_comes(
+    router: RouterThread, client: RawClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Past HIGH_WATER unread, the worker's socket pauses: the lane must hand the call over then
+    # (the chain relays it as it reads), not wait for a whole answer that cannot come. The wait
+    # for a whole answer is made longer than the client's patience: waiting for it would fail.
+    monkeypatch.setattr(endpoint, "WHOLE_ANSWER_WAIT", 600.0)
+    before = counts(router)
+    size = HIGH_WATER + 200_000
+    assert len(client.text("big", size=size)) == size
+    expect(router, before, served=1, handed_over=1)
+
+
 def test_a_client_gone_mid_call_leaves_its_id_free_and_the_session_serving(
     router: RouterThread, client: RawClient
 ) -> None:
@@ -191,6 +205,32 @@ def test_an_answer_waits_for_its_row_when_the_write_ahead_file_cannot_take_it(
         answer = c.call("echo", text="durable")
         assert response_row(steady_router, ref_of(answer))[0] == "success"
         expect(steady_router, before, served=1, handed_over=1)
+
+
+def test_a_failure_on_the_lanes_own_path_is_a_json_rpc_500_and_the_session_goes_on(
+    steady_router: RouterThread, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A bug in the lane's callbacks must end the call as the chain ends one that raised: an
+    # error with the request's id, the call in the record, its id free again.
+    with RawClient(steady_router.url) as c:
+        c.initialize()
+        c.start_worker()
+        take_answer = Exchange.take_answer
+
+        def broken(exchange: Exchange, payload: bytes) -> bytes | None:
+            raise RuntimeError("a bug")
+
+        monkeypatch.setattr(Exchange, "take_answer", broken)
+        r = c.post(call_body(908, "echo", text="lost"))
+        assert r.status_code == 500 and r.json()["id"] == 908 and r.json()["error"]["code"] == -32603
+        assert "steady lane: a call failed" in caplog.text
+        monkeypatch.setattr(Exchange, "take_answer", take_answer)
+        again = c.post(call_body(908, "echo", text="again"))
+        assert again.status_code == 200 and text_of(messages_of(again)[0]) == "again"
+        wait_recorded(steady_router.settings.state_dir)
+        with sqlite3.connect(Path(steady_router.settings.state_dir) / "router.db") as db:
+            errors = db.execute("SELECT error FROM responses WHERE status = 'error'").fetchall()
+        assert ("internal error on the router's steady lane",) in errors
 
 
 def test_credentials_never_reach_the_worker(steady_router: RouterThread) -> None:
