@@ -374,6 +374,10 @@ class Continuity:
         that same directory."""
         await self.supervisor.stop(worker.session_id)
         if worker.session_id != session.id:
+            if self.recorder is not None:
+                # The record reads an answer's linked files (a navigation's snapshot, a
+                # screenshot) as it writes the row, after the answer: before they go with the dir.
+                await self.recorder.flush()
             await self.supervisor.forget(worker.session_id)
         elif clear_output:
             statefiles.clear_output(worker.output_dir)
