@@ -30,9 +30,10 @@ from router.http.errors import (
     error_body,
 )
 from router.http.exchange import Exchange, ExchangeHooks, RequestCancelled
+from router.http.media import accepts, media_type
 from router.http.messages import ClientMessage, Kind, initialize_problem, parse
 from router.http.one_way import SESSION_LOST, forward_one_way
-from router.http.proxy import WorkerConnection, downstream_headers, upstream_headers
+from router.http.proxy import WorkerConnection, answer_headers, sse_answer_headers, upstream_headers
 from router.http.session_stream import SessionStream
 from router.http.sse import encode_event
 from router.http.streaming import (
@@ -45,7 +46,7 @@ from router.http.streaming import (
     send_start,
     whole_answer,
 )
-from router.http.timing import RequestTiming, request_timing
+from router.http.timing import request_timing
 from router.http.upstream import UpstreamError, UpstreamResponse
 from router.http.worker_faults import unreachable, worker_died
 from router.sessions.manager import SessionManager
@@ -57,7 +58,6 @@ from router.types import (
     HANDSHAKE_VERSIONS,
     JSON,
     SSE,
-    SSE_HEADERS,
 )
 
 ALLOWED_METHODS: Final = "GET, POST, DELETE"
@@ -119,9 +119,9 @@ class McpEndpoint:
     async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
         send = leaving(send)
         headers = Headers(scope=scope)
-        if _media_type(headers) != JSON:
+        if media_type(headers) != JSON:
             raise UnsupportedMediaType(f"Unsupported Media Type: Content-Type must be {JSON}")
-        if not _accepts(headers, JSON, SSE):
+        if not accepts(headers, JSON, SSE):
             raise NotAcceptable(f"Not Acceptable: Accept must list {JSON} and {SSE}")
         message = parse(await self._read_body(headers, receive))
         try:
@@ -244,7 +244,7 @@ class McpEndpoint:
                 answer = await exchange.answer_json(body) if status == 200 else body
                 if not exchange.done:  # the worker's refusal (a 4xx), passed on as it is
                     await exchange.failed(f"worker answered HTTP {status}: {_excerpt(body)}")
-                await send_start(send, status, _plain_headers(upstream, session))
+                await send_start(send, status, answer_headers(upstream.headers, session.id))
                 await send({"type": "http.response.body", "body": answer})
         except UpstreamError as exc:
             await exchange.failed(str(exc))  # its head came, its body broke off (or never came)
@@ -308,7 +308,7 @@ class McpEndpoint:
         wait: float,
     ) -> None:
         await upstream.settle(wait)
-        await send_start(send, 200, sse_answer_headers(upstream, session))
+        await send_start(send, 200, sse_answer_headers(upstream.headers, session.id))
         if upstream.complete:
             # The usual case: the worker wrote its answer and the stream's end at once, so there
             # is no silence to fill and no client to watch: no task group, one write.
@@ -336,29 +336,6 @@ class McpEndpoint:
 
     # -- the steady lane (router/http/steady.py) -----------------------------------------------
 
-    def steady_exchange(self, headers: Headers, body: bytes, timing: RequestTiming) -> Exchange | None:
-        """The exchange of a POST the steady lane may serve: a tool call, in every way one that
-        ``_post`` would send on to the session's worker at once, on a session whose worker is up
-        and needs nothing first (``SessionRequests.steady``). None for any other request, which
-        the chain serves (and answers any error of)."""
-        if _media_type(headers) != JSON or not _accepts(headers, JSON, SSE) or len(body) > self.max_body_bytes:
-            return None
-        session_id = headers.get(H_SESSION_ID)
-        version = headers.get(H_PROTOCOL_VERSION)
-        if session_id is None or (version is not None and version not in HANDSHAKE_VERSIONS):
-            return None
-        session = self.manager.sessions.get(session_id)
-        if session is None or not self.manager.requests.steady(session):
-            return None
-        try:
-            message = parse(body)
-        except RouterError:
-            return None
-        if message.kind is not Kind.REQUEST or message.method != "tools/call" or message.id in session.requests:
-            return None
-        exchange = Exchange(self.hooks, session, message, timing)
-        return exchange if exchange.needs_worker() else None
-
     async def continue_steady(self, first: FirstSend, scope: Scope, receive: Receive, send: Send) -> None:
         """A request the steady lane sent and hands over (its answer is not one plain event, or
         is slow, or the exchange broke): served on from there as ``_post`` serves a request."""
@@ -384,7 +361,7 @@ class McpEndpoint:
 
     async def _get(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = Headers(scope=scope)
-        if not _accepts(headers, SSE):
+        if not accepts(headers, SSE):
             raise NotAcceptable(f"Not Acceptable: Accept must list {SSE}")
         session_id = headers.get(H_SESSION_ID)
         if session_id is None:
@@ -407,18 +384,6 @@ class McpEndpoint:
 # -- helpers ----------------------------------------------------------------------------------
 
 
-def _media_type(headers: Headers) -> str:
-    return headers.get("content-type", "").split(";")[0].strip().lower()
-
-
-def _accepts(headers: Headers, *types: str) -> bool:
-    accept = headers.get("accept", "")
-    offered = {part.split(";")[0].strip().lower() for part in accept.split(",")}
-    if "*/*" in offered:
-        return True
-    return all(t in offered or f"{t.split('/')[0]}/*" in offered for t in types)
-
-
 def _connection(session: Session) -> WorkerConnection:
     if session.connection is None:
         raise WorkerUnreachable("Worker not available for this session")
@@ -427,15 +392,3 @@ def _connection(session: Session) -> WorkerConnection:
 
 def _excerpt(body: bytes) -> str:
     return body[:WORKER_ERROR_EXCERPT].decode("utf-8", "replace")
-
-
-def _plain_headers(upstream: UpstreamResponse, session: Session) -> list[tuple[bytes, bytes]]:
-    return downstream_headers(upstream.headers, router_session_id=session.id)
-
-
-def sse_answer_headers(upstream: UpstreamResponse, session: Session) -> list[tuple[bytes, bytes]]:
-    """The head of a worker's SSE answer as the client gets it."""
-    headers = [h for h in _plain_headers(upstream, session) if h[0] != b"content-type"]
-    return [*headers, *SSE_HEADERS]
-
-

@@ -8,8 +8,9 @@ from collections.abc import Callable, Iterable
 from typing import Final
 from urllib.parse import urlsplit
 
-from router.http.upstream import UpstreamError, UpstreamPool, UpstreamResponse
-from router.types import H_SESSION_ID
+from router.http.upstream import UpstreamError, UpstreamResponse
+from router.http.upstream_pool import UpstreamPool
+from router.types import H_SESSION_ID, SSE_HEADERS
 from workers.ports import LOOPBACK
 from workers.supervisor import Worker
 
@@ -77,6 +78,20 @@ def downstream_headers(
     if router_session_id is not None:
         headers.append((H_SESSION_ID.encode(), router_session_id.encode()))
     return headers
+
+
+Head = list[tuple[bytes, bytes]]
+
+
+def answer_headers(worker_headers: Iterable[tuple[bytes, bytes]], router_session_id: str) -> Head:
+    """The head of a worker's answer as the client gets it: under the router's session id."""
+    return downstream_headers(worker_headers, router_session_id=router_session_id)
+
+
+def sse_answer_headers(worker_headers: Iterable[tuple[bytes, bytes]], router_session_id: str) -> Head:
+    """The head of a worker's SSE answer as the client gets it (the router's SSE headers)."""
+    headers = [h for h in answer_headers(worker_headers, router_session_id) if h[0] != b"content-type"]
+    return [*headers, *SSE_HEADERS]
 
 
 class WorkerConnection:

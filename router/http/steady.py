@@ -11,7 +11,7 @@ Here the request goes to the worker from the parser's last callback (on an idle 
 connection to it), and its answer to the client from the worker connection's last callback,
 recorded and in the write-ahead file first; what the answer's text tells the router is read once
 it has left (``Exchange.after_answer``). The checks are the chain's own (``request_refusal``,
-``header_credentials``, ``McpEndpoint.steady_exchange``): a request any of them would refuse or
+``header_credentials``, the media rules, ``SessionRequests.steady``): a request any of them would refuse or
 treat otherwise is the chain's. An answer that is anything but one plain event of the call's own
 answer, not whole after the endpoint's ``WHOLE_ANSWER_WAIT``, an exchange that broke, or a write-ahead that must
 wait, is handed over to a task that serves it on as the chain would (``McpEndpoint.continue_steady``).
@@ -34,17 +34,19 @@ from router.http import endpoint as mcp_endpoint
 from router.http.auth import TokenAuth, header_credentials
 from router.http.direct import DirectRequest
 from router.http.dispatch import INTERNAL_ERROR_HEADERS, serve_guarded
-from router.http.endpoint import FirstSend, McpEndpoint, sse_answer_headers
-from router.http.errors import INTERNAL_ERROR, error_body
+from router.http.endpoint import FirstSend, McpEndpoint
+from router.http.errors import INTERNAL_ERROR, RouterError, error_body
 from router.http.exchange import Exchange
-from router.http.proxy import upstream_headers
+from router.http.media import accepts, media_type
+from router.http.messages import Kind, parse
+from router.http.proxy import sse_answer_headers, upstream_headers
 from router.http.security import OriginPolicy, request_refusal
 from router.http.sse import encode_event, lone_event_data
 from router.http.streaming import leaving, send_start
 from router.http.timing import RequestTiming
 from router.http.upstream import UpstreamResponse
 from router.operator.metrics import Metrics
-from router.types import MCP_ENDPOINT, SSE
+from router.types import H_PROTOCOL_VERSION, H_SESSION_ID, HANDSHAKE_VERSIONS, JSON, MCP_ENDPOINT, SSE
 
 __all__ = ["SteadyLane"]
 
@@ -83,11 +85,36 @@ class SteadyLane:
             if not any(verdicts) and MCP_ENDPOINT not in auth.open_paths:
                 return False
         timing = RequestTiming()
-        exchange = self.endpoint.steady_exchange(Headers(raw=headers), body, timing)
+        exchange = self._exchange(Headers(raw=headers), body, timing)
         if exchange is None:
             return False
         call = SteadyCall(self, request, exchange, timing, partial(_run_with, run, headers), started)
         return call.send(headers)
+
+
+    def _exchange(self, headers: Headers, body: bytes, timing: RequestTiming) -> Exchange | None:
+        """The exchange of a POST this lane may serve: a tool call, in every way one that the
+        endpoint's ``_post`` would send on to the session's worker at once, on a session whose
+        worker is up and needs nothing first (``SessionRequests.steady``). None for any other
+        request, which the chain serves (and answers any error of)."""
+        endpoint = self.endpoint
+        if media_type(headers) != JSON or not accepts(headers, JSON, SSE) or len(body) > endpoint.max_body_bytes:
+            return None
+        session_id = headers.get(H_SESSION_ID)
+        version = headers.get(H_PROTOCOL_VERSION)
+        if session_id is None or (version is not None and version not in HANDSHAKE_VERSIONS):
+            return None
+        session = endpoint.manager.sessions.get(session_id)
+        if session is None or not endpoint.manager.requests.steady(session):
+            return None
+        try:
+            message = parse(body)
+        except RouterError:
+            return None
+        if message.kind is not Kind.REQUEST or message.method != "tools/call" or message.id in session.requests:
+            return None
+        exchange = Exchange(endpoint.hooks, session, message, timing)
+        return exchange if exchange.needs_worker() else None
 
 
 class SteadyCall:
@@ -164,7 +191,7 @@ class SteadyCall:
             return
         response.read_now()
         body = data if taken is payload else encode_event(taken)
-        headers = sse_answer_headers(response, self.exchange.session)
+        headers = sse_answer_headers(response.headers, self.exchange.session.id)
         if not self.exchange.durable_now():
             self.lane.handed_over += 1
             self._run_guarded(partial(self._answer_when_durable, headers, body))

@@ -15,17 +15,22 @@ Errors, drawn like httpx's::
 
 Flow control: a response holds at most ``HIGH_WATER`` unread bytes before the socket is paused,
 so a slow client never makes the router buffer a worker's stream.
+
+This module is the exchange (``UpstreamResponse``) and its socket (``UpstreamConnection``);
+``upstream_pool.py`` keeps the sockets to one worker and sends requests on them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Final, cast
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Final, cast
 
 import httptools
+
+if TYPE_CHECKING:
+    from router.http.upstream_pool import UpstreamPool
 
 CONNECT_TIMEOUT: Final = 5.0
 # Node closes idle keep-alive sockets after 5 s; dropping ours first means a request never goes
@@ -57,10 +62,10 @@ class UpstreamResponse:
         "headers", "on_done", "status_code",
     )
 
-    def __init__(self, connection: _Connection, head: asyncio.Future[None]) -> None:
+    def __init__(self, connection: UpstreamConnection, head: asyncio.Future[None]) -> None:
         self.status_code = 0
         self.headers: list[tuple[bytes, bytes]] = []  # names lower-cased, in the worker's order
-        self._connection: _Connection | None = connection
+        self._connection: UpstreamConnection | None = connection
         self._head = head
         self._chunks: deque[bytes] = deque()
         self._size = 0
@@ -203,8 +208,8 @@ def _resolve(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
-class _Connection(asyncio.Protocol):
-    """One socket to a worker, carrying one exchange at a time."""
+class UpstreamConnection(asyncio.Protocol):
+    """One socket to a worker, carrying one exchange at a time (an ``UpstreamPool``'s)."""
 
     def __init__(self, pool: UpstreamPool) -> None:
         self.pool = pool
@@ -320,112 +325,3 @@ class _Connection(asyncio.Protocol):
             self.response._fail(ConnectionBroken(reason))
             self.response = None
         self.close()
-
-
-class UpstreamPool:
-    """Kept-alive connections to one worker's ``host:port``; requests on ``path``.
-
-    Idle connections are reused newest first and dropped after ``KEEPALIVE_EXPIRY``. There is no
-    cap of its own: requests come from client connections, which the router caps already.
-    """
-
-    def __init__(self, host: str, port: int, path: str, *, connect_timeout: float = CONNECT_TIMEOUT) -> None:
-        self.host = host
-        self.port = port
-        self.path = path.encode() or b"/"
-        self.connect_timeout = connect_timeout
-        self._idle: list[_Connection] = []
-        self._open: set[_Connection] = set()
-        self._closed = False
-
-    async def request(
-        self, method: str, headers: Iterable[tuple[bytes, bytes]], body: bytes | None = None,
-        *, sent: Callable[[], object] | None = None,
-    ) -> UpstreamResponse:
-        """Sends one request; returns once the status and headers are in. ``sent`` is called
-        once the request is written, before the worker answers: work the caller can do while
-        the worker works."""
-        if self._closed:
-            raise ConnectFailed("the worker's connection pool is closed")
-        connection = self._take() or await self._connect()
-        response = connection.start(_encode(method, self.path, headers, body), _new_head())
-        try:
-            if sent is not None:
-                sent()
-        except BaseException:
-            connection.abandon(response)  # the socket is of no further use
-            raise
-        await response.head_arrived()  # cancelled, or broken: the socket is closed
-        return response
-
-    def send_now(
-        self, method: str, headers: Iterable[tuple[bytes, bytes]], body: bytes | None = None
-    ) -> UpstreamResponse | None:
-        """Sends one request on an idle kept-alive connection, without waiting for anything;
-        None (and nothing sent) when no connection is idle. The answer's head is awaited with
-        ``head_arrived``, or its end heard with ``on_done``."""
-        connection = None if self._closed else self._take()
-        if connection is None:
-            return None
-        return connection.start(_encode(method, self.path, headers, body), _new_head())
-
-    @property
-    def busy(self) -> int:
-        """Connections carrying an exchange now (a held stream counts)."""
-        return len(self._open) - len(self._idle)
-
-    def release(self, connection: _Connection) -> None:
-        if self._closed:
-            connection.close()
-            return
-        if connection in self._idle:
-            # Idle twice would hand one socket to two requests, whose answers then interleave.
-            return
-        connection.idle_since = time.monotonic()
-        self._idle.append(connection)
-
-    def forget(self, connection: _Connection) -> None:
-        self._open.discard(connection)
-        if connection in self._idle:
-            self._idle.remove(connection)
-
-    async def aclose(self) -> None:
-        self._closed = True
-        for connection in list(self._open):
-            connection.close()
-        self._idle.clear()
-
-    def _take(self) -> _Connection | None:
-        now = time.monotonic()
-        while self._idle:
-            connection = self._idle.pop()
-            if connection.usable(now):
-                return connection
-            connection.close()
-        return None
-
-    async def _connect(self) -> _Connection:
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(self.connect_timeout):
-                _, connection = await loop.create_connection(lambda: _Connection(self), self.host, self.port)
-        except (OSError, TimeoutError) as exc:
-            raise ConnectFailed(f"cannot connect to the worker at {self.host}:{self.port}: {exc!r}") from None
-        self._open.add(connection)
-        return connection
-
-
-def _new_head() -> asyncio.Future[None]:
-    return asyncio.get_running_loop().create_future()
-
-
-def _encode(method: str, path: bytes, headers: Iterable[tuple[bytes, bytes]], body: bytes | None) -> bytes:
-    # Header values come from uvicorn's parser (which refuses CR and LF) or from the router.
-    parts = [method.encode(), b" ", path, b" HTTP/1.1\r\n"]
-    for name, value in headers:
-        parts += (name, b": ", value, b"\r\n")
-    if body is not None:
-        parts += (b"content-length: ", str(len(body)).encode(), b"\r\n\r\n", body)
-    else:
-        parts.append(b"\r\n")
-    return b"".join(parts)

@@ -13,7 +13,7 @@ import os
 import sqlite3
 from typing import Any, Final
 
-from router.http.upstream import UpstreamPool
+from router.http.upstream_pool import UpstreamPool
 
 ANSWER: Final = (
     b"event: message\ndata: "

@@ -17,7 +17,7 @@ from router.http import endpoint
 from router.http.app import build_supervisor
 from router.http.limits import MAX_HEAD_BYTES
 from router.http.streaming import NO_ANSWER
-from router.http.upstream import UpstreamPool
+from router.http.upstream_pool import UpstreamPool
 from tests.support import RawClient, RouterThread, messages_of, router_settings, spare_port, wait_recorded
 from tests.support.scripted_worker import CLOSE, InParts, ScriptedWorker, ThenClose, http_answer
 from tests.support.sse import iter_sse

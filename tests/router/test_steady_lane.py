@@ -17,7 +17,8 @@ import pytest
 from router.http import endpoint
 from router.http.exchange import Exchange
 from router.http.steady import SteadyLane
-from router.http.upstream import HIGH_WATER, UpstreamPool
+from router.http.upstream import HIGH_WATER
+from router.http.upstream_pool import UpstreamPool
 from router.record.recorder import Recorder
 from tests.support import (
     RawClient,
