@@ -9,7 +9,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from router.catalog.paging import CatalogError
 from router.http.errors import error_body
@@ -41,6 +41,15 @@ class RequestCancelled(Exception):
     """The client cancelled the request before it was sent to a worker: it is not sent."""
 
 
+class ToolAnswerHook(Protocol):
+    """Notes a tool answer's page URL and, with ``notice``, adds a pending resume notice to it;
+    True when it changed the answer (``router/sessions/resume_notice.py``)."""
+
+    def __call__(
+        self, session: Session, response: dict[str, Any], facts: Extracted, *, notice: bool = True
+    ) -> bool: ...
+
+
 @dataclass(frozen=True)
 class ExchangeHooks:
     """What an exchange may use, handed over explicitly once by the app."""
@@ -51,9 +60,7 @@ class ExchangeHooks:
     # Answers the router gives itself while a session has no worker (ping, cached tools/list).
     cached_answer: Callable[[Session, ClientMessage], dict[str, Any] | None]
     renew_browser: Callable[[Session], Awaitable[str]]
-    # Notes a tool answer's page URL and (``notice=True``) adds a pending resume notice to it;
-    # True when it changed the answer.
-    on_tool_answer: Callable[..., bool]
+    on_tool_answer: ToolAnswerHook
     # resources/* and prompts/*, answered from the record and the prompt files (router/catalog/).
     catalog: Catalog | None = None
     # Told of each tool call done, so a browser that dies under its worker is noticed.
@@ -278,7 +285,7 @@ class Exchange:
     ) -> Extracted | None:
         """Records the answer (from the worker's own bytes, ``payload``, when it has them: kept as
         they are); ``facts`` back, with the linked snapshot if it was read for that. Without
-        ``facts``, the writer thread reads the snapshot and console from the answer."""
+        ``facts``, the record reads the snapshot and console as it writes the row (``RowWriter``)."""
         self.done = True
         self.record_request()
         result = response.get("result")

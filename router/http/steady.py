@@ -88,9 +88,8 @@ class SteadyLane:
         exchange = self._exchange(Headers(raw=headers), body, timing)
         if exchange is None:
             return False
-        call = SteadyCall(self, request, exchange, timing, partial(_run_with, run, headers), started)
+        call = SteadyCall(self, request, exchange, partial(_run_with, run, headers), started)
         return call.send(headers)
-
 
     def _exchange(self, headers: Headers, body: bytes, timing: RequestTiming) -> Exchange | None:
         """The exchange of a POST this lane may serve: a tool call, in every way one that the
@@ -122,17 +121,16 @@ class SteadyCall:
 
     __slots__ = (
         "connection", "exchange", "lane", "leave", "request", "response", "run", "sent_to", "started", "timer",
-        "timing", "url_before",
+        "url_before",
     )
 
     def __init__(
-        self, lane: SteadyLane, request: DirectRequest, exchange: Exchange, timing: RequestTiming,
-        run: Callable[[ASGIApp], None], started: float,
+        self, lane: SteadyLane, request: DirectRequest, exchange: Exchange, run: Callable[[ASGIApp], None],
+        started: float,
     ) -> None:
         self.lane = lane
         self.request = request
         self.exchange = exchange
-        self.timing = timing
         self.run = run
         self.started = started
         self.url_before = exchange.session.current_url
@@ -285,8 +283,8 @@ class SteadyCall:
 
     def _observe(self) -> None:
         """The router's share of the call, as ``TimedEndpoint`` observes the chain's."""
-        metrics = self.lane.metrics
-        added = self.timing.router_share(time.perf_counter() - self.started)
+        metrics, timing = self.lane.metrics, self.exchange.timing
+        added = timing.router_share(time.perf_counter() - self.started) if timing is not None else None
         if metrics is not None and added is not None:
             metrics.router_seconds.observe(added)
 
