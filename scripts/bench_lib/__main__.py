@@ -57,6 +57,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--duration", type=float, help="seconds of the throughput run (default 20)")
     p.add_argument("--warm-workers", type=int, default=2, help="pool size, if the router has --warm-workers")
     p.add_argument("--no-supergateway", dest="supergateway", action="store_false")
+    p.add_argument(
+        "--no-throughput-floor",
+        dest="throughput_floor",
+        action="store_false",
+        help="skip the throughput loop through a bare relay (Python, nginx) before as many direct workers",
+    )
     p.add_argument("--supergateway-version", help="default: the installed one, else `npm view`")
     p.add_argument(
         "--profile",

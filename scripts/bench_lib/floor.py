@@ -51,16 +51,18 @@ RAW_RELAY_PY: Final = Path(__file__).with_name("raw_relay.py")
 NGINX_RELAY: Final = "nginx"  # nginx as a bare relay: native code, one process (no master)
 NGINX_CONF: Final = """daemon off; master_process off; worker_processes 1; pid {dir}/nginx.pid;
 error_log {dir}/error.log warn;
-events {{ worker_connections 256; }}
+events {{ worker_connections 1024; }}
 http {{
   access_log off;
   client_body_temp_path {dir}/body; proxy_temp_path {dir}/proxy;
   fastcgi_temp_path {dir}/f; uwsgi_temp_path {dir}/u; scgi_temp_path {dir}/s;
-  upstream worker {{ server 127.0.0.1:{upstream}; keepalive 8; }}
+{servers}}}
+"""
+NGINX_SERVER: Final = """  upstream worker{upstream} {{ server 127.0.0.1:{upstream}; keepalive 8; }}
   server {{
     listen 127.0.0.1:{port};
     location /mcp {{
-      proxy_pass http://worker;
+      proxy_pass http://worker{upstream};
       proxy_http_version 1.1;
       proxy_set_header Connection "";
       proxy_set_header Host localhost:{upstream};
@@ -68,7 +70,6 @@ http {{
       proxy_request_buffering off;
     }}
   }}
-}}
 """
 APPS: Final = (
     ("uvicorn answering by itself (a worker's fixed answer)", "answer"),
@@ -87,18 +88,35 @@ class FloorRow:
 
 
 def in_front_of(env: Env, worker: Target, app: str, name: str) -> Target:
-    """The floor's ``app`` (``relay``, ``recording_relay``, ``NODE_RELAY``, ``NGINX_RELAY``) before ``worker``."""
-    upstream = urllib.parse.urlsplit(worker.endpoint.url).port
-    assert upstream is not None, worker.endpoint.url
+    """The floor's ``app`` (``relay``, ``recording_relay``, ``NODE_RELAY``, ``NGINX_RELAY``, the raw
+    relays) before ``worker``."""
     port = spare_port()
-    child = _server_for(app)(env, f"{name}-latency", app, port, upstream)  # its own log, not the floor phase's
+    child = _server_for(app)(env, f"{name}-latency", app, port, _port(worker))  # its own log, not the floor phase's
     return Target(Endpoint(name, f"http://127.0.0.1:{port}/mcp"), child, worker.state_dir)
 
 
+def in_front_of_each(env: Env, workers: list[Target], app: str, name: str) -> list[Target]:
+    """One process of ``app`` (a key of ONE_PROCESS_FOR_MANY) before every worker, a port of its
+    own for each: what the hop costs one process at N sessions, as the router serves them."""
+    pairs = [(spare_port(), _port(worker)) for worker in workers]
+    child = ONE_PROCESS_FOR_MANY[app](env, name, app, pairs)
+    return [
+        Target(Endpoint(f"{name}-{k}", f"http://127.0.0.1:{port}/mcp"), child, worker.state_dir)
+        for k, ((port, _), worker) in enumerate(zip(pairs, workers, strict=True))
+    ]
+
+
+def _port(worker: Target) -> int:
+    upstream = urllib.parse.urlsplit(worker.endpoint.url).port
+    assert upstream is not None, worker.endpoint.url
+    return upstream
+
+
 def _server_for(app: str) -> Callable[[Env, str, str, int, int | None], Spawned]:
-    outside_uvicorn = {NODE_RELAY: _serve_node, NGINX_RELAY: _serve_nginx}
-    outside_uvicorn |= {RAW_RELAY: _serve_raw, RAW_RECORDING_RELAY: _serve_raw}
-    return outside_uvicorn.get(app, _serve)
+    if app in ONE_PROCESS_FOR_MANY:
+        many = ONE_PROCESS_FOR_MANY[app]
+        return lambda env, name, app, port, upstream: many(env, name, app, [(port, upstream)])
+    return _serve_node if app == NODE_RELAY else _serve
 
 
 def _serve_node(env: Env, name: str, app: str, port: int, upstream: int | None) -> Spawned:
@@ -109,13 +127,13 @@ def _serve_node(env: Env, name: str, app: str, port: int, upstream: int | None) 
     return child
 
 
-def _serve_raw(env: Env, name: str, app: str, port: int, upstream: int | None) -> Spawned:
-    argv = [sys.executable, str(RAW_RELAY_PY), str(port)]
+def _serve_raw(env: Env, name: str, app: str, pairs: list[tuple[int, int | None]]) -> Spawned:
+    argv = [sys.executable, str(RAW_RELAY_PY)] + [f"{port}:{up}" if up else str(port) for port, up in pairs]
     if app == RAW_RECORDING_RELAY:
         argv += ["--record", str(env.fresh_dir(f"floor-{name}") / "floor.db")]
-    environ = {floor_apps.UPSTREAM_PORT_ENV: str(upstream)}
-    child = env.registry.spawn(name, argv, env=environ, log=env.logs / f"floor-{name}.log")
-    wait_port(port, 20, child)
+    child = env.registry.spawn(name, argv, log=env.logs / f"floor-{name}.log")
+    for port, _ in pairs:
+        wait_port(port, 20, child)
     return child
 
 
@@ -128,15 +146,25 @@ def _nginx() -> str | None:
     return shutil.which("nginx", path=f"{os.environ.get('PATH', '')}:/usr/sbin")  # sbin: not on every PATH
 
 
-def _serve_nginx(env: Env, name: str, app: str, port: int, upstream: int | None) -> Spawned:
+def _serve_nginx(env: Env, name: str, app: str, pairs: list[tuple[int, int | None]]) -> Spawned:
     nginx = _nginx()
     assert nginx is not None
     conf_dir = env.fresh_dir(f"floor-{name}")
-    (conf_dir / "nginx.conf").write_text(NGINX_CONF.format(dir=conf_dir, port=port, upstream=upstream))
+    servers = "".join(NGINX_SERVER.format(port=port, upstream=upstream) for port, upstream in pairs)
+    (conf_dir / "nginx.conf").write_text(NGINX_CONF.format(dir=conf_dir, servers=servers))
     argv = [nginx, "-p", str(conf_dir), "-c", str(conf_dir / "nginx.conf")]
     child = env.registry.spawn(name, argv, log=env.logs / f"floor-{name}.log")
-    wait_port(port, 20, child)
+    for port, _ in pairs:
+        wait_port(port, 20, child)
     return child
+
+
+# The relays that serve many workers from one process (a listening port for each).
+ONE_PROCESS_FOR_MANY: Final[dict[str, Callable[[Env, str, str, list[tuple[int, int | None]]], Spawned]]] = {
+    RAW_RELAY: _serve_raw,
+    RAW_RECORDING_RELAY: _serve_raw,
+    NGINX_RELAY: _serve_nginx,
+}
 
 
 def _serve(env: Env, name: str, app: str, port: int, upstream: int | None) -> Spawned:

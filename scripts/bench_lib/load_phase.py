@@ -9,8 +9,8 @@ import asyncio
 from typing import Final
 
 import httpx
+from bench_lib import load_floor, profile, report
 from bench_lib import measure as m
-from bench_lib import profile, report
 from bench_lib.client import McpSession
 from bench_lib.procs import rss_kib
 from bench_lib.targets import Env, Target, start_router
@@ -55,6 +55,8 @@ async def run(a: argparse.Namespace, env: Env, page: str, floor: str) -> tuple[l
         m.say(f"browsing sessions {levels} on a fresh router (each navigated: one Chromium per session)")
         router = start_router(env, "router-browse")
         sessions = []
+        tp: m.ThroughputResult | None = None
+        waited0 = waited = None
         try:
             for level in sorted(set(levels)):
                 sessions += await m.open_sessions(router, level - len(sessions), page)
@@ -67,38 +69,47 @@ async def run(a: argparse.Namespace, env: Env, page: str, floor: str) -> tuple[l
                 raw_tp = a.out.parent / "profile-throughput.txt"
                 spy = profile.start(router.child.pid, raw_tp) if a.profile else None
                 waited0 = await router_metric(router, ANSWERS_WAITED)
-                tp = await m.throughput(sessions, page, a.duration, router_pid=router.child.pid)
+                tp = await m.throughput(sessions, page, a.duration, pid=router.child.pid)
                 waited = await router_metric(router, ANSWERS_WAITED)
                 if spy is not None:
                     profile.stop(spy)
                     out += [f"### Router profile (py-spy, throughput run at {tp.sessions} sessions)", ""]
                     out += [*profile.summary(raw_tp, tp.calls, what="navigate/snapshot calls"), ""]
-                out += [
-                    f"### Throughput through the router (recording on): {tp.sessions} concurrent sessions, "
-                    "each `browser_navigate` + `browser_snapshot` in a loop",
-                    "",
-                ]
-                out += [*report.throughput_table(tp), ""]
-                if waited0 is not None and waited is not None:
-                    out += [
-                        f"Tool answers that waited for a commit (the write-ahead file not taking their rows): "
-                        f"{waited - waited0:.0f} of {tp.calls}.",
-                        "",
-                    ]
-                goals.append(report.Goal(f"errors at {tp.sessions} concurrent sessions", tp.errors, 0, unit=""))
-                if tp.router_cpu_ms_per_call is not None:
-                    goals.append(
-                        report.Goal(
-                            f"router CPU per call at {tp.sessions} concurrent sessions",
-                            tp.router_cpu_ms_per_call,
-                            0.3,
-                            unit=" ms",
-                            note=floor,
-                        )
-                    )
         finally:
             await m.close_sessions(sessions)
             env.registry.stop(router.child)
+        if tp is not None:
+            # After the router's sessions are gone: the floor's own workers take their cores.
+            floors = await load_floor.measure(env, page, tp.sessions, a.duration) if a.throughput_floor else []
+            out += [
+                f"### Throughput (recording on): {tp.sessions} concurrent sessions, "
+                "each `browser_navigate` + `browser_snapshot` in a loop",
+                "",
+                "Through the router, then (unless `--no-throughput-floor`) through one process relaying "
+                "to as many direct workers, the same loop: what the hop alone costs one process at this load.",
+                "",
+            ]
+            out += [*report.throughput_table([("the router", tp), *((f.label, f.result) for f in floors)]), ""]
+            if waited0 is not None and waited is not None:
+                out += [
+                    f"Tool answers that waited for a commit (the write-ahead file not taking their rows): "
+                    f"{waited - waited0:.0f} of {tp.calls}.",
+                    "",
+                ]
+            goals.append(report.Goal(f"errors at {tp.sessions} concurrent sessions", tp.errors, 0, unit=""))
+            if tp.cpu_ms_per_call is not None:
+                at_load = [f"{f.label.split(' (')[0]} {f.result.cpu_ms_per_call:.2f} ms" for f in floors
+                           if f.result.cpu_ms_per_call is not None]  # fmt: skip
+                note = floor + (f"; at {tp.sessions} sessions, the same loop: " + ", ".join(at_load) if at_load else "")
+                goals.append(
+                    report.Goal(
+                        f"router CPU per call at {tp.sessions} concurrent sessions",
+                        tp.cpu_ms_per_call,
+                        0.3,
+                        unit=" ms",
+                        note=note,
+                    )
+                )
     if mem_rows:
         out += ["### Memory (router RSS; PSS of each worker's tree: node + Chromium)", ""]
         out += report.memory_table(mem_rows)

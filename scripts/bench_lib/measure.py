@@ -276,23 +276,21 @@ class ThroughputResult:
     errors: int = 0
     latencies: list[float] = field(default_factory=list)
     first_error: str = ""
-    router_cpu_ms_per_call: float | None = None  # user + system of the router process
-    # The router's CPU while the same sessions sit idle (health checks, timers): a per-second cost
-    # that the loop's calls/s spread over each call.
+    cpu_ms_per_call: float | None = None  # user + system of the serving process (the router, or a floor relay)
+    # Its CPU while the same sessions sit idle (the router's health checks, timers): a per-second
+    # cost that the loop's calls/s spread over each call.
     idle_cpu_ms_per_s: float | None = None
 
 
-
-
 async def throughput(
-    sessions: list[McpSession], page: str, seconds: float, router_pid: int | None = None
+    sessions: list[McpSession], page: str, seconds: float, pid: int | None = None
 ) -> ThroughputResult:
     result = ThroughputResult(len(sessions), seconds)
-    if router_pid is not None:
-        cpu0, t0 = cpu_seconds_fine(router_pid), time.perf_counter()
+    if pid is not None:
+        cpu0, t0 = cpu_seconds_fine(pid), time.perf_counter()
         await asyncio.sleep(IDLE_WINDOW_S)
-        result.idle_cpu_ms_per_s = (cpu_seconds_fine(router_pid) - cpu0) * 1000 / (time.perf_counter() - t0)
-    cpu0 = cpu_seconds(router_pid) if router_pid is not None else 0.0
+        result.idle_cpu_ms_per_s = (cpu_seconds_fine(pid) - cpu0) * 1000 / (time.perf_counter() - t0)
+    cpu0 = cpu_seconds(pid) if pid is not None else 0.0
     end = time.perf_counter() + seconds
 
     async def loop(k: int, s: McpSession) -> None:
@@ -314,6 +312,6 @@ async def throughput(
     start = time.perf_counter()
     await asyncio.gather(*(loop(k, s) for k, s in enumerate(sessions)))
     result.seconds = time.perf_counter() - start
-    if router_pid is not None and result.calls:
-        result.router_cpu_ms_per_call = (cpu_seconds(router_pid) - cpu0) * 1000 / result.calls
+    if pid is not None and result.calls:
+        result.cpu_ms_per_call = (cpu_seconds(pid) - cpu0) * 1000 / result.calls
     return result

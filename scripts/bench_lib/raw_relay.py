@@ -6,7 +6,9 @@ arrives (re-chunked: an SSE stream stays a stream). With ``--record DB`` it also
 bodies and commits one row per call to a SQLite WAL file before the answer's last chunk, the
 least a recording proxy must do. Nothing else: no sessions, no security, no record's schema.
 
-Usage: python raw_relay.py PORT [--record DB] (FLOOR_UPSTREAM_PORT in the environment)."""
+Usage: python raw_relay.py PORT[:UPSTREAM]... [--record DB]: each PORT relays to its UPSTREAM, else to
+FLOOR_UPSTREAM_PORT from the environment; several pairs are one process with one record, as one
+router serves many sessions (the floor under the router's CPU at N sessions, load_floor.py)."""
 
 from __future__ import annotations
 
@@ -181,16 +183,29 @@ class Client(asyncio.Protocol):
             upstream.transport.write(request)
 
 
-async def main(port: int, record: str | None) -> None:
-    upstream_port = int(os.environ[UPSTREAM_PORT_ENV])
-    recorder = Recorder(record) if record else None
+async def main(pairs: list[tuple[int, int]], record: str | None) -> None:
+    recorder = Recorder(record) if record else None  # one database, as one router has one record
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: Client(upstream_port, recorder), "127.0.0.1", port)
-    async with server:
-        await server.serve_forever()
+    servers = []
+    for port, upstream in pairs:
+        servers.append(await loop.create_server(lambda up=upstream: Client(up, recorder), "127.0.0.1", port))
+    await asyncio.gather(*(server.serve_forever() for server in servers))
+
+
+def listen_pairs(args: list[str]) -> list[tuple[int, int]]:
+    """Each PORT[:UPSTREAM]; a PORT alone relays to FLOOR_UPSTREAM_PORT."""
+    pairs = []
+    for arg in args:
+        port, _, upstream = arg.partition(":")
+        pairs.append((int(port), int(upstream or os.environ[UPSTREAM_PORT_ENV])))
+    return pairs
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    db = args[args.index("--record") + 1] if "--record" in args else None
-    uvloop.run(main(int(args[0]), db))
+    db = None
+    if "--record" in args:
+        at = args.index("--record")
+        db = args[at + 1]
+        del args[at : at + 2]
+    uvloop.run(main(listen_pairs(args), db))
