@@ -27,7 +27,7 @@ async def renew_browser(continuity: Continuity, session: Session) -> str:
         await continuity.supervisor.forget(session.id)  # profile and saved state: cookies, storage
         session.browser_used = False
         session.current_url = None
-        session.ref_frame = 0
+        session.ref_frame, session.ref_frame_file = 0, None
         await continuity.attach(session, reason="new-browser")
     statefiles.keep_session(continuity.layout.session_dir(session.id), session)
     if continuity.recorder is not None and session.connection is not None:

@@ -3,6 +3,7 @@ what each tool answer tells the next resume (the page, the refs' frame)."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Final
 
 from router.record.snapshots import Extracted
@@ -58,14 +59,29 @@ def on_tool_answer(session: Session, response: dict[str, Any], facts: Extracted,
     if facts.page_url is not None:
         session.current_url = facts.page_url
     frame = ref_frame(facts.sections.get("Snapshot", ""))
-    if frame is None and facts.snapshot_link:  # a navigation's refs: in its snapshot file only
+    if frame is None and facts.snapshot_link and facts.linked_snapshot is None:
+        # A navigation's refs, in its snapshot file only: read if a save needs them (most
+        # navigations are followed by another answer with refs before one does).
         connection = session.connection
-        text = facts.snapshot_text(connection.worker.output_dir if connection is not None else None)
-        frame = ref_frame(text) if text else None
+        if connection is not None:
+            session.ref_frame_file = partial(facts.snapshot_text, connection.worker.output_dir)
+    elif frame is None and facts.linked_snapshot is not None:  # read already
+        frame = ref_frame(facts.linked_snapshot)
     if frame is not None:
-        session.ref_frame = frame
+        session.ref_frame, session.ref_frame_file = frame, None
     if not notice or session.resumed_notice is None:
         return False
     content.append({"type": "text", "text": session.resumed_notice})
     session.resumed_notice = None
     return True
+
+
+def settled_ref_frame(session: Session) -> int:
+    """The frame of the refs the model last saw, reading the snapshot file of a navigation that
+    on_tool_answer left unread; a file gone meanwhile (its worker ended) leaves the frame before it."""
+    read, session.ref_frame_file = session.ref_frame_file, None
+    text = read() if read is not None else None
+    frame = ref_frame(text) if text else None
+    if frame is not None:
+        session.ref_frame = frame
+    return session.ref_frame

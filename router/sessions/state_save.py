@@ -15,6 +15,7 @@ from router.layout import StateLayout
 from router.record.tabs_and_refs import parse_tabs
 from router.sessions import statefiles
 from router.sessions.control import ControlError, ControlSession
+from router.sessions.resume_notice import settled_ref_frame
 from router.sessions.storage_restore import is_restore_document
 from router.sessions.table import Session
 
@@ -58,7 +59,12 @@ class BrowserStateSaver:
                     storage, tabs = session.unrestored.under(storage, tabs)
                 session.state_digest, written = statefiles.write_state(
                     self.layout.session_dir(session.id),
-                    {"storage": storage, "tabs": tabs, "current": session.current_url, "ref_frame": session.ref_frame},
+                    {
+                        "storage": storage,
+                        "tabs": tabs,
+                        "current": session.current_url,
+                        "ref_frame": settled_ref_frame(session),
+                    },
                     unless=session.state_digest,
                 )
                 if written:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
@@ -121,8 +121,11 @@ class Session:
     state_digest: bytes | None = None  # of what its state.json holds: an unchanged save writes nothing
     current_url: str | None = None  # last "- Page URL:" of the client's answers
     # The frame prefix of the refs the model last saw ("f2e3" -> 2): the current tab's document
-    # count, which a restore reproduces so that those refs resolve again.
+    # count, which a restore reproduces so that those refs resolve again. A navigation's refs are
+    # only in its snapshot file: read when a save needs the frame (resume_notice.settled_ref_frame),
+    # not with every navigation.
     ref_frame: int = 0
+    ref_frame_file: Callable[[], str | None] | None = None
     resumed_notice: str | None = None  # the next tool answer tells the client why the page reloaded
     unrestored: Unrestored | None = None  # what its worker's resume left out, kept through saves
     crashed_at: float = 0.0  # monotonic; backoff before a restart counts from here
