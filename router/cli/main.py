@@ -148,16 +148,15 @@ def server_config(app: Any, host: str, port: int, *, access_log: bool = False) -
 
 
 def _serve_locked(settings: Settings) -> int:
-    import uvicorn
-
     from router.http.app import create_app
+    from router.http.ticking import RouterServer
 
     app = create_app(settings)
     config = server_config(app, settings.host, settings.port)
     manager = app.state.manager
     health = app.state.health
 
-    class Server(uvicorn.Server):
+    class Server(RouterServer):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             # Held SSE streams never end by themselves; without this, SIGTERM waits them out.
             manager.request_stop()
