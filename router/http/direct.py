@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from starlette.types import ASGIApp, Message, Scope
@@ -61,6 +63,7 @@ class Connection(Protocol):
     transport: Any
     flow: Any  # uvicorn's FlowControl: a client that does not read pauses the answer's writes
     logger: logging.Logger
+    tasks: set[Any]  # uvicorn's: waited for when the server stops, cancelled at its graceful timeout
 
     def on_response_complete(self) -> None: ...
 
@@ -103,6 +106,27 @@ class DirectRequest:
     def stop_keeping_alive(self) -> None:
         """The server is stopping: this answer is the connection's last."""
         self._keep_alive = False
+
+    def hold(self, on_cancel: Callable[[], None]) -> Callable[[], None]:
+        """A stand-in for the task of a request served in the server's callbacks (the steady
+        lane): a stopping server waits for it as for its tasks, even once the client has gone,
+        and cancels it at its graceful timeout (``on_cancel`` runs then). Returns the release:
+        called once a task has taken the request over, or it is done."""
+        held: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        tasks = self._connection.tasks
+        tasks.add(held)
+
+        def done(future: asyncio.Future[None]) -> None:
+            tasks.discard(future)
+            if future.cancelled():
+                on_cancel()
+
+        held.add_done_callback(done)
+        return partial(_release, held)
+
+    def abort(self) -> None:
+        """Ends the answer as a failed app's: a 500 if nothing was written, else a cut."""
+        self._fail()
 
     async def run(self, app: ASGIApp, scope: Scope) -> None:
         """As uvicorn's cycle runs an app: what it lets out is logged, never raised; the client
@@ -226,3 +250,8 @@ class DirectRequest:
             connection.transport.close()
             return
         connection.on_response_complete()
+
+
+def _release(held: asyncio.Future[None]) -> None:
+    if not held.done():
+        held.set_result(None)

@@ -120,8 +120,8 @@ class SteadyCall:
     """One call on the steady lane, from its request sent to its answer written."""
 
     __slots__ = (
-        "connection", "exchange", "lane", "leave", "request", "response", "run", "sent_to", "started", "timer",
-        "url_before",
+        "connection", "exchange", "lane", "leave", "release", "request", "response", "run", "sent_to", "started",
+        "timer", "url_before",
     )
 
     def __init__(
@@ -139,6 +139,7 @@ class SteadyCall:
         self.response: UpstreamResponse | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.leave: Callable[[], None] = _nothing
+        self.release: Callable[[], None] = _nothing  # the stand-in for a task, once sent (DirectRequest.hold)
 
     def send(self, client_headers: list[tuple[bytes, bytes]]) -> bool:
         exchange = self.exchange
@@ -157,6 +158,7 @@ class SteadyCall:
             in_flight.__exit__(None, None, None)
             return False
         self.leave = partial(_leave, in_flight)
+        self.release = self.request.hold(self._cut)
         self.response = response
         exchange.record_request()
         response.on_done = self._answered
@@ -227,11 +229,24 @@ class SteadyCall:
         id no longer in flight."""
         log.exception("steady lane: a call failed session=%s", self.exchange.session.id)
         self._stop_listening()
-        self.run(self._fail)
+        self._to_task(self._fail)
 
     def _run_guarded(self, app: ASGIApp) -> None:
         """``app`` as the connection's task, behind the chain's last resort (``serve_guarded``)."""
-        self.run(partial(serve_guarded, app))
+        self._to_task(partial(serve_guarded, app))
+
+    def _to_task(self, app: ASGIApp) -> None:
+        self.run(app)
+        self.release()  # the task stands for the call now
+
+    def _cut(self) -> None:
+        """The server's graceful timeout passed with the call still in callbacks (its worker
+        answered nothing usable in all that time): cut as the chain's cancelled task is."""
+        self._stop_listening()
+        if self.response is not None:
+            self.response.close()
+        self.leave()
+        self.request.abort()
 
     # -- after the answer --------------------------------------------------------------------
 

@@ -156,6 +156,9 @@ class UpstreamResponse:
         return b"".join([chunk async for chunk in self.aiter_raw()])
 
     async def aclose(self) -> None:
+        self.close()
+
+    def close(self) -> None:
         """Done with it. A body not yet complete spoils the connection, which is closed."""
         connection, self._connection = self._connection, None
         if connection is not None and not self._complete:

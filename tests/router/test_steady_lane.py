@@ -275,3 +275,56 @@ def test_a_call_pipelined_behind_a_steady_one_waits_its_turn(steady_router: Rout
                 data += chunk
         assert data.index(b'"id":906') < data.index(b'"id":907')
         assert b'"text":"second"' in data
+
+
+@pytest.mark.parametrize("steady", [True, False], ids=["steady", "chain"])
+def test_a_stop_waits_for_a_call_whose_client_went(state_dir: Path, steady: bool) -> None:
+    # The client sent a call and went; the server is asked to stop while the worker is still
+    # on it. uvicorn waits for its tasks (the chain's call is one) before the lifespan ends the
+    # workers and the record: the steady lane's call, served in callbacks, must be waited for
+    # alike, so it ends with its answer in the record, not cut by the shutdown.
+    router = RouterThread(router_settings(state_dir, record=True, steady_lane=steady))
+    with router, RawClient(router.url) as c:
+        c.initialize()
+        c.start_worker()
+        session = router.manager.sessions.get(c.session_id)
+        with socket.create_connection(("127.0.0.1", router.port), timeout=SOCKET_TIMEOUT) as sock:
+            sock.sendall(raw_post(c, json.dumps(call_body(909, "slow", seconds=0.5)).encode()))
+            wait_for(lambda: 909 in session.requests)
+        router.manager.request_stop()
+        router.server.should_exit = True
+        router.thread.join(timeout=GONE_TIMEOUT)
+        assert not router.thread.is_alive()
+    with sqlite3.connect(state_dir / "router.db") as db:
+        rows = db.execute(
+            "SELECT s.status, s.result FROM requests q JOIN responses s USING (ref_id) WHERE q.tool = 'slow'"
+        ).fetchall()
+    assert len(rows) == 1 and rows[0][0] == "success" and "done" in rows[0][1], rows
+
+
+@pytest.mark.parametrize("steady", [True, False], ids=["steady", "chain"])
+def test_a_call_still_in_callbacks_at_the_graceful_timeout_is_cut_as_a_task_is(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch, steady: bool
+) -> None:
+    # The wait for a whole answer made longer than the server's graceful timeout: at that
+    # timeout uvicorn cancels its tasks (the chain's call is one), and the call the lane holds is
+    # cut with them, before the lifespan ends the workers (else the worker's end would hand it to
+    # the chain then, which would answer it during the shutdown).
+    monkeypatch.setattr(endpoint, "WHOLE_ANSWER_WAIT", 600.0)
+    router = RouterThread(router_settings(state_dir, record=True, steady_lane=steady))
+    router.server.config.timeout_graceful_shutdown = 0.5
+    with router, RawClient(router.url) as c:
+        c.initialize()
+        c.start_worker()
+        before = counts(router)
+        with socket.create_connection(("127.0.0.1", router.port), timeout=SOCKET_TIMEOUT) as sock:
+            sock.sendall(raw_post(c, json.dumps(call_body(910, "slow", seconds=30)).encode()))
+            session = router.manager.sessions.get(c.session_id)
+            wait_for(lambda: 910 in session.requests)
+            router.server.should_exit = True
+            answer = sock.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 500 "), answer
+            assert 910 not in session.requests
+        router.thread.join(timeout=GONE_TIMEOUT)
+        assert not router.thread.is_alive()
+        expect(router, before, served=1, handed_over=0)
