@@ -15,9 +15,7 @@ from typing import Final
 
 from bench_lib import floor, profile, report
 from bench_lib import measure as m
-from bench_lib.targets import Env, Target, start_router, start_worker
-
-from workers.orphans import end_processes, processes_for
+from bench_lib.targets import Env, Target, start_router, start_worker, stop_workers
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 DIRECT, REC, NOREC, SG = "direct", "router", "router-norec", "supergateway"
@@ -105,10 +103,9 @@ async def run(a: argparse.Namespace, env: Env, page: str, started: Started, sg_n
             got.lines += [f"{label}: not installed here; skipped.", ""]
         return got
     finally:
-        for target in extra + workers:
+        for target in extra:
             env.registry.stop(target.child)
-        for worker in workers:  # its Chromium runs in a session of its own, outside node's group
-            end_processes(processes_for(worker.state_dir), grace=1.0)
+        stop_workers(env, workers)
 
 
 async def _measure(

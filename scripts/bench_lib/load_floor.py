@@ -14,8 +14,7 @@ from typing import Final
 from bench_lib import floor
 from bench_lib import measure as m
 from bench_lib.client import McpSession, new_http
-from bench_lib.procs import end_processes, processes_for
-from bench_lib.targets import Env, Target, start_worker
+from bench_lib.targets import Env, Target, start_worker, stop_workers
 
 RELAYS: Final = (
     (floor.RAW_RECORDING_RELAY, "Python relay without ASGI + one commit per call (raw_relay.py)"),
@@ -40,10 +39,7 @@ async def measure(env: Env, page: str, sessions: int, seconds: float) -> list[Lo
             if floor.available(app):
                 rows.append(LoadFloorRow(label, await _through(env, page, workers, app, seconds)))
     finally:
-        for worker in workers:
-            env.registry.stop(worker.child)
-        for worker in workers:  # its Chromium runs in a session of its own, outside node's group
-            end_processes(processes_for(worker.state_dir), grace=1.0)
+        stop_workers(env, workers)
     return rows
 
 

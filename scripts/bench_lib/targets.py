@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 from bench_lib.client import Endpoint
-from bench_lib.procs import Registry, Spawned, wait_port
+from bench_lib.procs import Registry, Spawned, end_processes, processes_for, wait_port
 
 from workers.node import node_executable
 from workers.ports import spare_port
@@ -72,6 +72,15 @@ def start_worker(env: Env, name: str = "direct") -> Target:
     child = env.registry.spawn(name, argv, log=env.logs / f"{base.name}.log", state_dir=base, session=name)
     ready = wait_port(port, 20, child)
     return Target(Endpoint(name, f"http://127.0.0.1:{port}/mcp", f"localhost:{port}"), child, base, ready)
+
+
+def stop_workers(env: Env, workers: list[Target]) -> None:
+    """Workers started by ``start_worker``, and the browsers under them: each Chromium runs in a
+    session of its own, outside node's group."""
+    for worker in workers:
+        env.registry.stop(worker.child)
+    for worker in workers:
+        end_processes(processes_for(worker.state_dir), grace=1.0)
 
 
 def router_argv(
