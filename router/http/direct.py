@@ -191,27 +191,30 @@ class DirectRequest:
         if self.response_started:
             raise RuntimeError("answer_whole after the answer started")
         self.response_started = True
-        self._connection.transport.write(self._head(status, headers))
-        self._write_body(body, False)
+        head = self._head(status, headers)
+        self._connection.transport.write(head + self._framed(body, False))  # one write: one send
+        self._done()
 
     def _write_body(self, body: bytes, more: bool) -> None:
-        transport = self._connection.transport
-        if self._chunked:
-            parts = [b"%x\r\n" % len(body), body, b"\r\n"] if body else []
-            if not more:
-                parts.append(CHUNK_END)
-            if parts:
-                transport.write(b"".join(parts))
-        else:
-            if len(body) > self._left:
-                raise RuntimeError("answer longer than its Content-Length")
-            self._left -= len(body)
-            if body:
-                transport.write(body)
-            if not more and self._left:
-                raise RuntimeError("answer shorter than its Content-Length")
+        data = self._framed(body, more)
+        if data:
+            self._connection.transport.write(data)
         if not more:
             self._done()
+
+    def _framed(self, body: bytes, more: bool) -> bytes:
+        """``body`` as it goes on the wire: a chunk (and the last one), or as is under a
+        Content-Length (checked against it)."""
+        if self._chunked:
+            if not body:
+                return b"" if more else CHUNK_END
+            return b"%x\r\n%b\r\n%b" % (len(body), body, b"" if more else CHUNK_END)
+        if len(body) > self._left:
+            raise RuntimeError("answer longer than its Content-Length")
+        self._left -= len(body)
+        if not more and self._left:
+            raise RuntimeError("answer shorter than its Content-Length")
+        return body
 
     # -- framing -----------------------------------------------------------------------------
 

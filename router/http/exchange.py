@@ -6,7 +6,6 @@ import dataclasses
 import json
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -18,6 +17,7 @@ from router.http.sse import encode_event, event_data, event_id
 from router.http.timing import RequestTiming
 from router.http.tool_policy import ToolPolicy
 from router.record import tools
+from router.record.ref_ids import RefIds
 from router.record.snapshots import Extracted, summarize
 
 if TYPE_CHECKING:
@@ -65,6 +65,7 @@ class ExchangeHooks:
     catalog: Catalog | None = None
     # Told of each tool call done, so a browser that dies under its worker is noticed.
     browsers: BrowserWatches | None = None
+    ref_ids: RefIds = field(default_factory=RefIds)
 
 
 @dataclass(eq=False, slots=True)
@@ -73,7 +74,7 @@ class Exchange:
     session: Session
     message: ClientMessage
     timing: RequestTiming | None = None
-    ref_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    ref_id: str = ""  # given by the hooks' RefIds unless set
     started: float = field(default_factory=time.perf_counter)
     done: bool = False
     # (status, ms) once answered or failed; counted and logged by finish(), after the answer.
@@ -81,6 +82,10 @@ class Exchange:
     request_recorded: bool = False
     # A tool answer (parsed) whose text after_answer() reads once it has left.
     _read_later: dict[str, Any] | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if not self.ref_id:
+            self.ref_id = self.hooks.ref_ids.next()
 
     def record_request(self) -> None:
         """The request's row, once: called as the request leaves for the worker (so enqueueing

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import http
 import resource
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -129,8 +129,13 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().on_url(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._got_something()
-        self._count(len(name) + len(value) + _HEADER_OVERHEAD, 1)
+        # _got_something and _count written out: this runs for every field of every request.
+        self._delivered = True
+        self._pending = 0
+        self._head_bytes += len(name) + len(value) + _HEADER_OVERHEAD
+        self._head_fields += 1
+        if self._head_bytes > self.max_head_bytes or self._head_fields > self.max_headers:
+            self._refuse_head()
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
@@ -172,8 +177,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes += size
         self._head_fields += fields
         if self._head_bytes > self.max_head_bytes or self._head_fields > self.max_headers:
-            self._refusal = http.HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
-            raise _HeadTooLarge
+            self._refuse_head()
+
+    def _refuse_head(self) -> NoReturn:
+        self._refusal = http.HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
+        raise _HeadTooLarge
 
     def send_400_response(self, msg: str) -> None:
         # uvicorn's answer to any parser error (its own is plain text); a refused head gets its

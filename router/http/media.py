@@ -3,17 +3,17 @@ and SSE). The endpoint refuses what fails (415, 406); the steady lane leaves it 
 
 from __future__ import annotations
 
-from starlette.datastructures import Headers
+from collections.abc import Mapping
 
 __all__ = ["accepts", "media_type"]
 
 
-def media_type(headers: Headers) -> str:
+def media_type(headers: Mapping[str, str]) -> str:
     """The Content-Type without its parameters, lower-cased ("" when there is none)."""
     return headers.get("content-type", "").split(";")[0].strip().lower()
 
 
-def accepts(headers: Headers, *types: str) -> bool:
+def accepts(headers: Mapping[str, str], *types: str) -> bool:
     """Whether the Accept header takes every one of ``types`` (itself, ``type/*`` or ``*/*``)."""
     accept = headers.get("accept", "")
     offered = {part.split(";")[0].strip().lower() for part in accept.split(",")}

@@ -22,12 +22,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from functools import partial
 from typing import Any, Final
 
-from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from router.http import endpoint as mcp_endpoint
@@ -53,6 +52,10 @@ __all__ = ["SteadyLane"]
 log = logging.getLogger("mcp_router.server")
 
 LANE_FAILED: Final = "internal error on the router's steady lane"
+# What the lane reads of a request's header fields (uvicorn gives their names lower-cased).
+READ_FIELDS: Final = tuple(
+    (name, name.encode("latin-1")) for name in ("content-type", "accept", H_SESSION_ID, H_PROTOCOL_VERSION)
+)
 
 # Starts a request's ASGI app as the connection's task, with the request's headers as the app
 # sees them (the server protocol's: it tracks the task).
@@ -85,13 +88,13 @@ class SteadyLane:
             if not any(verdicts) and MCP_ENDPOINT not in auth.open_paths:
                 return False
         timing = RequestTiming()
-        exchange = self._exchange(Headers(raw=headers), body, timing)
+        exchange = self._exchange(_read_fields(headers), body, timing)
         if exchange is None:
             return False
         call = SteadyCall(self, request, exchange, partial(_run_with, run, headers), started)
         return call.send(headers)
 
-    def _exchange(self, headers: Headers, body: bytes, timing: RequestTiming) -> Exchange | None:
+    def _exchange(self, headers: Mapping[str, str], body: bytes, timing: RequestTiming) -> Exchange | None:
         """The exchange of a POST this lane may serve: a tool call, in every way one that the
         endpoint's ``_post`` would send on to the session's worker at once, on a session whose
         worker is up and needs nothing first (``SessionRequests.steady``). None for any other
@@ -302,6 +305,13 @@ class SteadyCall:
         added = timing.router_share(time.perf_counter() - self.started) if timing is not None else None
         if metrics is not None and added is not None:
             metrics.router_seconds.observe(added)
+
+
+def _read_fields(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """The header fields the lane reads, the first of each as ``Headers.get`` gives it (one pass
+    in C, not a scan of the list per field)."""
+    first = dict(reversed(raw))
+    return {name: first[key].decode("latin-1") for name, key in READ_FIELDS if key in first}
 
 
 def _nothing(*_: Any) -> None:

@@ -266,14 +266,16 @@ def resolve_inside(raw: str, output_dir: Path, cwd: Path | None = None) -> Path 
     """The file a worker link points to, or None if it does not exist inside ``output_dir``.
     ``resolve()`` follows symlinks and ``..``, so neither can lead outside."""
     try:
-        link = Path(raw)
-        if link.is_absolute() and link.parent == output_dir:
+        if os.path.dirname(raw) == str(output_dir) and os.path.isabs(raw):
             # The usual link (--output-dir given absolute): a regular file, not a symlink, right
             # in the dir is inside it, whatever the dir's own path resolves to; spares two
-            # realpath walks (an lstat per path component) on every navigate's answer.
+            # realpath walks (an lstat per path component) on every navigate's answer. Compared
+            # as strings (pathlib's parsing was most of this on the writer thread): a link that
+            # is not exactly "<dir>/<name>" takes the walks below.
             with contextlib.suppress(OSError):
-                if stat.S_ISREG(os.lstat(link).st_mode):
-                    return link
+                if stat.S_ISREG(os.lstat(raw).st_mode):
+                    return Path(raw)
+        link = Path(raw)
         root = output_dir.resolve()
         if link.is_absolute():
             candidates = [link]
