@@ -82,6 +82,7 @@ class Exchange:
     request_recorded: bool = False
     # A tool answer (parsed) whose text after_answer() reads once it has left.
     _read_later: dict[str, Any] | None = field(default=None, init=False)
+    _row: int = field(default=0, init=False)  # the answer's record item (Recorder.response), 0: none
 
     def __post_init__(self) -> None:
         if not self.ref_id:
@@ -232,6 +233,8 @@ class Exchange:
         if parsed is None:
             return
         facts = summarize(parsed["result"])
+        if self._row and (recorder := self.hooks.recorder) is not None:
+            recorder.answer_read(self._row, facts)  # its row need not read the text again
         if self.hooks.catalog is not None:
             self.hooks.catalog.after_tool_answer(self.session, self.message.tool_name, facts)
         # A notice is the next answer's: this one has left.
@@ -308,7 +311,7 @@ class Exchange:
                 facts = dataclasses.replace(facts, linked_snapshot=snapshot)  # read once, used twice
             output_dir = worker_dir if now is None else None
             kept = tools.raw_member(payload, "result" if error is None else "error") if payload else None
-            recorder.response(
+            self._row = recorder.response(
                 self.ref_id,
                 status="error" if is_error else "success",
                 result=kept if kept is not None else json.dumps(result if error is None else error),

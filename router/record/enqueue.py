@@ -27,8 +27,9 @@ class RecordEnqueue(abc.ABC):
     """The enqueue side of ``Recorder``: what a subclass queues through ``_put``."""
 
     @abc.abstractmethod
-    def _put(self, kind: str, key: str, data: tuple[Any, ...], size: int) -> None:
-        """Queue one item, ``size`` bytes held; must never raise (the proxy path calls it)."""
+    def _put(self, kind: str, key: str, data: tuple[Any, ...], size: int) -> int:
+        """Queue one item, ``size`` bytes held; its sequence number (0: not queued). Must never
+        raise (the proxy path calls it)."""
 
     def session_opened(
         self, session_id: str, *, client_info: Mapping[str, Any] | None, protocol_version: str | None,
@@ -69,8 +70,9 @@ class RecordEnqueue(abc.ABC):
         self, ref_id: str, *, status: str, result: Any, page_snapshot: str | None = None,
         console_logs: Sequence[str] | None = None, error: str | None = None, duration_ms: float,
         output_dir: Path | None = None, cwd: Path | None = None,
-    ) -> None:
-        """The answer to ``request(ref_id, ...)``. ``status`` is 'success' or 'error'.
+    ) -> int:
+        """The answer to ``request(ref_id, ...)``. ``status`` is 'success' or 'error'. Returns
+        the item's sequence number (for ``answer_read``; 0: not queued).
 
         ``result``: the worker's JSON-RPC result/error as bytes or str (stored verbatim) or as the
         parsed object (JSON-encoded on the writer thread; do not mutate it afterwards).
@@ -78,7 +80,7 @@ class RecordEnqueue(abc.ABC):
         thread extracts them from the answer, reading linked files inside that dir only.
         """
         size = approx_size(result) + approx_size(page_snapshot) + approx_size(console_logs)
-        self._put(
+        return self._put(
             "response", ref_id,
             (status, result, page_snapshot, console_logs, error, duration_ms, output_dir, cwd),
             size + len(error or ""),

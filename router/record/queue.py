@@ -10,9 +10,11 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from dataclasses import replace
 from typing import Any, Final
 
 from router.record.rows import Item
+from router.record.snapshots import Extracted
 
 log = logging.getLogger("router.record.recorder")
 
@@ -29,19 +31,28 @@ class ItemQueue:
         self.bytes = 0
         self.taken = 0  # the sequence number of the last item taken
         self._queue: deque[Item] = deque()
+        self._reads: dict[int, Extracted] = {}  # Item.read of queued items, by seq (attach)
         self._drop_logged_at = -DROP_LOG_INTERVAL_S
 
     def __len__(self) -> int:
         return len(self._queue)
 
-    def put(self, kind: str, key: str, data: tuple[Any, ...], size: int) -> None:
+    def put(self, kind: str, key: str, data: tuple[Any, ...], size: int) -> int:
+        """Queues an item; its sequence number (0: dropped)."""
         if self.items >= self.max_items or self.bytes + size > self.max_bytes:
             self._drop(size)
-            return
+            return 0
         self.enqueued += 1
         self._queue.append(Item(kind, time.time(), key, data, self.enqueued, size))
         self.items += 1
         self.bytes += size
+        return self.enqueued
+
+    def attach(self, seq: int, read: Extracted) -> None:
+        """``read`` goes with the response item ``seq`` if it is still queued (``Item.read``);
+        else it is too late, and the writer reads the answer itself."""
+        if self.taken < seq <= self.enqueued:
+            self._reads[seq] = read
 
     def newer_than(self, seq: int) -> list[Item]:
         """The queued items after ``seq``, in order (left queued)."""
@@ -55,6 +66,9 @@ class ItemQueue:
 
     def take(self, most: int) -> list[Item]:
         batch = [self._queue.popleft() for _ in range(min(len(self._queue), most))]
+        if self._reads:
+            reads = self._reads
+            batch = [replace(item, read=reads.pop(item.seq)) if item.seq in reads else item for item in batch]
         if batch:
             self.taken = batch[-1].seq
         for item in batch:

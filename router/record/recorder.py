@@ -47,7 +47,7 @@ from router.record.queue import ItemQueue
 from router.record.records import Records
 from router.record.retention import Retention
 from router.record.rows import Enrichment, Item
-from router.record.snapshots import normalize_console
+from router.record.snapshots import Extracted, normalize_console
 from router.record.stats import RecordStats
 from router.record.waiters import Waiters
 from router.record.writer_thread import WriterThread
@@ -106,12 +106,19 @@ class Recorder(RecordEnqueue):
 
     # ---------------------------------------------------------------- enqueue (proxy hot path)
 
-    def _put(self, kind: str, key: str, data: tuple[Any, ...], size: int) -> None:
+    def _put(self, kind: str, key: str, data: tuple[Any, ...], size: int) -> int:
         try:
-            self._queue.put(kind, key, data, size)
+            seq = self._queue.put(kind, key, data, size)
             self._wake_soon()
         except Exception:  # the proxy path must never see a recording problem
             log.exception("recorder: enqueue failed")
+            return 0
+        return seq
+
+    def answer_read(self, seq: int, read: Extracted) -> None:
+        """What the proxy read of the answer queued as ``seq`` (``response``'s return) once it had
+        left: its row is written from it, unless the writer has the item already."""
+        self._queue.attach(seq, read)
 
     def stats(self) -> RecordStats:
         """The counters now. Read on the loop while the writer thread may be mid-batch: each is

@@ -13,7 +13,7 @@ from typing import Any, Final
 from router.layout import StateLayout
 from router.record import files
 from router.record.call_view import inline_images
-from router.record.snapshots import extract, normalize_console, summarize, tool_result
+from router.record.snapshots import Extracted, extract, normalize_console, summarize, tool_result
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +24,10 @@ class Item:
     data: tuple[Any, ...]  # for "dropped": (how many items were refused at this point,)
     seq: int  # position in the stream of items; flush() waits on it
     size: int  # approximate bytes held in memory
+    # A "response": what the loop read of the answer's text once it had left (ItemQueue.attach),
+    # when that came before the item was taken; the row is then written from it, not parsed and
+    # read a second time.
+    read: Extracted | None = None
 
 
 # Where a "response" item's data (Recorder.response) holds paths: output_dir and cwd.
@@ -187,8 +191,11 @@ class RowWriter:
             # lines) or in small linked files: read for the row itself, not by an enrichment
             # after its commit (a second transaction).
             try:
-                parsed = tool_result(result)
-                now = summarize(parsed).for_record(Path(output_dir)) if parsed is not None else None
+                facts = item.read
+                if facts is None:
+                    parsed = tool_result(result)
+                    facts = summarize(parsed) if parsed is not None else None
+                now = facts.for_record(Path(output_dir)) if facts is not None else None
             except Exception:  # the row first: what went wrong is the enrichment's to meet, apart
                 now = None
             if now is not None:
