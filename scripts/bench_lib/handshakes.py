@@ -14,6 +14,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Final
 
@@ -218,9 +219,11 @@ async def cold_handshakes(
                 probes.append(probe)
             # The goal is a ratio of two 5-10 ms figures: each pair is measured in the same second,
             # so the machine's drift over the phase is in neither (two runs of the phase measured
-            # the direct ones first, then the routers: 1.28x and 1.93x).
-            await conversation(direct, row=d)
-            await conversation(router, row=first)
+            # the direct ones first, then the routers: 1.28x and 1.93x); which goes first
+            # alternates, so whatever the router's start-up leaves running weighs on both alike.
+            pair = [partial(conversation, direct, row=d), partial(conversation, router, row=first)]
+            for measured in pair if k % 2 == 0 else pair[::-1]:
+                await measured()
             if k == reps - 1:
                 for _ in range(reps):
                     await conversation(router, row=later)
