@@ -194,7 +194,7 @@ async def cold_handshakes(
 ) -> tuple[HandshakeRow, HandshakeRow, HandshakeRow, HandshakeRow]:
     d = HandshakeRow(
         "direct worker (already running)",
-        note="after one untimed conversation; each just before a just-started router's first",
+        note="after one untimed conversation; each paired with a just-started router's first, either first in turn",
     )
     await conversation(direct, row=HandshakeRow("warm-up"))  # node's first request loads its modules
     d_cold = HandshakeRow("direct worker, cold (spawn → port open → handshake)", note="includes node start-up")
