@@ -80,8 +80,13 @@ class ClientRoots:
 
     def known_or_empty(self) -> Roots:
         """What the router answers a worker's ``roots/list`` with for a client that cannot be
-        asked now (its stream away): the roots it answered last, else none."""
-        return [] if self.known is None else self.known
+        asked now (its stream away): the roots it answered last, else none. After a change it
+        has not been asked about yet, the ones before it: most changes add a directory, and none
+        would leave the worker in its own cwd; once the client answers again, roots other than
+        these renew the worker's session (``on_new``)."""
+        if self.known is not None:
+            return self.known
+        return [] if self.last is None else self.last
 
     def question(self) -> dict[str, Any] | None:
         """The request to send the client now, or None (answered already, or asked already)."""

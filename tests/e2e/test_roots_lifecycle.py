@@ -2,7 +2,8 @@
 once per MCP session, at its first call: a file saved by a relative name lands in the project.
 After a restart of the router, the first worker gets the project before the client's GET stream
 is back (session.json keeps it); after ``notifications/roots/list_changed``, the worker the
-session has already works in the new project from its next call on."""
+session has already works in the new project from its next call on; a change announced with the
+stream away leaves a resumed worker in the project the client gave last."""
 
 from __future__ import annotations
 
@@ -12,16 +13,30 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
+import httpx
 import pytest
 
 from router.sessions.roots import ROOTS_CHANGED
-from tests.support import RawClient, RouterThread, playwright_router, serve_process, spare_port, text_of, wait_for
+from tests.support import (
+    RawClient,
+    RouterThread,
+    auth_headers,
+    playwright_router,
+    serve_process,
+    spare_port,
+    text_of,
+    wait_for,
+)
 from tests.support.roots_client import ProjectStream, cc_session
 from workers.orphans import processes_for
 
 ANSWERED_WITHIN: Final = 10.0
 REAP_IDLE: Final = 2.0
 WORKER_GONE: Final = 30.0
+# A router of its own that reaps soon, with no worker ready ahead.
+REAPING: Final = (
+    "--log-level", "warning", "--idle-timeout", str(REAP_IDLE), "--resume-reserve", "0", "--warm-workers", "0",
+)
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +87,8 @@ def test_the_first_worker_after_a_restart_gets_the_project_with_the_stream_away(
     project = tmp_path / "project"
     project.mkdir()
     port = spare_port()
-    args = ("--log-level", "warning", "--idle-timeout", str(REAP_IDLE), "--resume-reserve", "0", "--warm-workers", "0")
     with (
-        serve_process(state_dir, *args, port=port, browser=chromium) as server,
+        serve_process(state_dir, *REAPING, port=port, browser=chromium) as server,
         claude_code(server.url, project) as (client, stream),
     ):
         sid = client.session_id or ""
@@ -85,7 +99,36 @@ def test_the_first_worker_after_a_restart_gets_the_project_with_the_stream_away(
         server.proc.wait(timeout=10)
         stream.join()
 
-    with serve_process(state_dir, *args, port=port, browser=chromium) as server, RawClient(server.url) as again:
+    with serve_process(state_dir, *REAPING, port=port, browser=chromium) as server, RawClient(server.url) as again:
         again.session_id = sid
         screenshot_lands_in(again, project, "after.png")  # no GET stream: the router answers for it
         assert again.delete().status_code == 200
+
+
+def test_a_resume_after_a_change_heard_with_the_stream_away_keeps_the_last_project(
+    state_dir: Path, chromium: str, pages: str, tmp_path: Path
+) -> None:
+    """The client says its roots changed while its GET stream is away, and its worker is reaped:
+    the resumed worker cannot ask it, and gets the project it gave last (not none, which would
+    leave Playwright saving in its own cwd); the stream back, the client is asked again."""
+    project = tmp_path / "project"
+    project.mkdir()
+    with (
+        serve_process(state_dir, *REAPING, browser=chromium) as server,
+        claude_code(server.url, project) as (client, stream),
+    ):
+        sid = client.session_id or ""
+        assert "- Page Title:" in text_of(client.call("browser_navigate", url=f"{pages}/"))
+        screenshot_lands_in(client, project, "before.png")
+        # Away: the stream taken over by another GET, which then closes.
+        headers = {"accept": "text/event-stream", "mcp-session-id": sid, **auth_headers()}
+        with httpx.Client(timeout=10, trust_env=False) as http, http.stream("GET", server.url, headers=headers):
+            stream.join()
+        assert client.post({"jsonrpc": "2.0", "method": ROOTS_CHANGED}).status_code == 202
+        wait_for(lambda: not processes_for(state_dir, sid), timeout=WORKER_GONE)  # reaped
+
+        screenshot_lands_in(client, project, "after.png")  # resumed with the stream away
+        back = ProjectStream(server.url, sid, project).start()
+        wait_for(lambda: back.counts()[0] >= 1, timeout=ANSWERED_WITHIN)  # asked again
+        assert client.delete().status_code == 200
+        back.join()

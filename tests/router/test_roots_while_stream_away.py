@@ -11,6 +11,7 @@ from typing import Final
 
 import httpx
 
+from router.sessions.roots import ROOTS_CHANGED
 from tests.router import test_session_stream
 from tests.router.test_session_stream import open_session
 from tests.support import RouterThread, auth_headers, iter_sse, wait_for
@@ -39,5 +40,29 @@ def test_a_resume_while_the_stream_is_away_gives_the_worker_the_known_roots(reap
         wait_for(lambda: session.connection is None and not processes_for(state, sid), timeout=10)
 
         # The resumed worker asks its roots with no client stream to carry the question.
+        assert c.text("roots") == PROJECT
+        assert c.delete().status_code == 200
+
+
+def test_a_resume_after_a_change_heard_while_the_stream_is_away_gives_the_last_roots(reaping: RouterThread) -> None:
+    """The client said its roots changed, with its stream away: the router cannot ask it the new
+    ones, and a resume then gives the worker the roots the client gave last (not none: most
+    changes add a directory); the client is asked again once its stream is back."""
+    state = Path(reaping.settings.state_dir)
+    with open_session(reaping) as c:
+        sid = c.session_id or ""
+        session = reaping.manager.sessions.get(sid)
+        headers = {"accept": "text/event-stream", "mcp-session-id": sid, **auth_headers()}
+        with httpx.Client(timeout=10, trust_env=False) as http, http.stream("GET", c.url, headers=headers) as stream:
+            events = iter_sse(stream)
+            question = next(e for e in events if e.get("method") == "roots/list")
+            answer = {"jsonrpc": "2.0", "id": question["id"], "result": {"roots": [{"uri": PROJECT}]}}
+            assert c.post(answer).status_code == 202
+            c.start_worker()
+        wait_for(lambda: not session.stream.held, timeout=5)
+        assert c.post({"jsonrpc": "2.0", "method": ROOTS_CHANGED}).status_code == 202
+        assert session.roots.known is None  # what it knew is stale now
+        wait_for(lambda: session.connection is None and not processes_for(state, sid), timeout=10)
+
         assert c.text("roots") == PROJECT
         assert c.delete().status_code == 200
