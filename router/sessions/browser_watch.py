@@ -14,6 +14,9 @@ browser when the last session sharing it ends, and the worker ends the client's 
 itself (a ping unanswered while the client's stream was away), which would take the page with
 it. No exit of the browser is asked for: ``browser_close`` cannot close a context the worker
 shares between sessions (``--shared-browser-context``, workers/spec.py); Playwright refuses it.
+
+A page that crashed while its browser lives on is dealt with the same way, once an answer shows
+it (``page_crash.py``): ``page_crashed``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from router.sessions.control import ControlError
+from router.sessions.page_crash import answer_reports_crash, end_for_lost_page
 from workers.browser import BrowserProcess, find_browser
 
 if TYPE_CHECKING:
@@ -56,11 +60,16 @@ class BrowserWatches:
         self.start_soon = start_soon  # the upkeep's: its task group ends every watch at shutdown
         self._watched: dict[str, _Watched] = {}  # by session id; an entry leaves when its browser exits
         self.restarts = 0  # workers ended because their browser died
+        self.page_restarts = 0  # workers ended because the session's page crashed
+        self._ending: set[WorkerConnection] = set()  # ended for a crashed page, not yet gone
 
     def called(self, session: Session) -> None:
         """A tool call is over: the session's browser is watched from now on, if it has one."""
         connection = session.connection
         if connection is None:
+            return
+        if session.page_lost_on is connection:  # its answer found the page crashed
+            self.page_crashed(session, connection)
             return
         watched = self._watched.get(session.id)
         if watched is not None and watched.connection is connection:
@@ -76,7 +85,31 @@ class BrowserWatches:
         self.start_soon(partial(self._follow, session, watched))
         control = session.control
         if control is not None and control.connection is connection and not control.shares_browser:
-            self.start_soon(partial(_share, control))
+            self.start_soon(partial(self._share, session, control))
+
+    def page_crashed(self, session: Session, connection: WorkerConnection) -> None:
+        """The session's page crashed under its live worker (``page_crash.py``): the worker is
+        ended, the page put back in its saved state, and the next call resumes on it."""
+        if session.connection is not connection or connection in self._ending:
+            return
+        session.page_lost_on = connection
+        self._ending.add(connection)
+        self.page_restarts += 1
+        self.start_soon(partial(self._end_for_page, session, connection))
+
+    async def _end_for_page(self, session: Session, connection: WorkerConnection) -> None:
+        try:
+            await end_for_lost_page(self.continuity, session)
+        finally:
+            self._ending.discard(connection)
+
+    async def _share(self, session: Session, control: ControlSession) -> None:
+        """The router's session joins the browser (a listing of the tabs changes nothing, unless
+        the page crashed meanwhile: the listing finds it, and is then the only one told)."""
+        with contextlib.suppress(ControlError):
+            listing = await control.call(HOLD_TOOL, HOLD_ARGUMENTS)
+            if answer_reports_crash(listing, control.connection.worker.output_dir):
+                self.page_crashed(session, control.connection)
 
     async def _follow(self, session: Session, watched: _Watched) -> None:
         try:
@@ -95,9 +128,3 @@ class BrowserWatches:
         self.restarts += 1
         self.continuity.crashed(session)  # at once: a call arriving now resumes instead
         await self.continuity.end_worker(session, worker)
-
-
-async def _share(control: ControlSession) -> None:
-    """The router's session joins the browser (a listing of the tabs changes nothing)."""
-    with contextlib.suppress(ControlError):
-        await control.call(HOLD_TOOL, HOLD_ARGUMENTS)

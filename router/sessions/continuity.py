@@ -306,6 +306,7 @@ class Continuity:
         session.control = control
         session.state = State.LIVE
         session.health_failures = 0
+        session.page_lost_on = None  # a crash under the last worker was that worker's
         session.worker_switched()
         worker = connection.worker
         if self.recorder is not None:

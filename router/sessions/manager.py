@@ -139,6 +139,7 @@ class SessionManager:
             owns_directory=self._owns_directory,
         )
         self.browsers = BrowserWatches(continuity=self.continuity, start_soon=self._start_soon)
+        self.continuity.state_saver.on_page_crash = self.browsers.page_crashed
         self.requests = RequestServing(
             continuity=self.continuity, pool=self.pool, upkeep=self.upkeep, handshakes=handshakes,
             bring_ups=self.bring_ups,

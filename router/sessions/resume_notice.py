@@ -8,7 +8,9 @@ from typing import Any, Final
 
 from router.record.snapshots import Extracted
 from router.record.tabs_and_refs import ref_frame
+from router.sessions.page_crash import lost_page
 from router.sessions.table import Session, State
+from router.sessions.unrestored import BLANK
 
 # Why a session took a new worker up, as the notice, the record and the dashboard name it.
 RESUME_REASONS: Final = {
@@ -20,7 +22,7 @@ RESUME_REASONS: Final = {
 }
 REASON_TEXT: Final = {
     "idle": "a pause longer than the idle timeout",
-    "crash": "its browser worker crashed",
+    "crash": "its browser worker, its browser or its page crashed",
     "hibernation": "it was hibernated to make room",
     "router-restart": "a restart of the router",
     "new-browser": "create_new_session",
@@ -56,7 +58,9 @@ def on_tool_answer(session: Session, response: dict[str, Any], facts: Extracted,
     content = result.get("content") if isinstance(result, dict) else None
     if not isinstance(content, list):
         return False
-    if facts.page_url is not None:
+    if _page_lost(session, facts):
+        pass  # the crashed page stays the current one: the resume brings it back
+    elif facts.page_url is not None:
         session.current_url = facts.page_url
     frame = ref_frame(facts.sections.get("Snapshot", ""))
     if frame is None and facts.snapshot_link and facts.linked_snapshot is None:
@@ -73,6 +77,20 @@ def on_tool_answer(session: Session, response: dict[str, Any], facts: Extracted,
         return False
     content.append({"type": "text", "text": session.resumed_notice})
     session.resumed_notice = None
+    return True
+
+
+def _page_lost(session: Session, facts: Extracted) -> bool:
+    """An answer that shows the session's page crashed (``page_crash.lost_page``): its worker is
+    marked for ending (``BrowserWatches.called``)."""
+    if not (facts.is_error or facts.page_url == BLANK):
+        return False  # nearly every answer
+    connection = session.connection
+    if connection is None or session.current_url in (None, BLANK):
+        return False
+    if not lost_page(facts, connection.worker.output_dir):
+        return False
+    session.page_lost_on = connection
     return True
 
 

@@ -19,6 +19,7 @@ from router.http.proxy import WorkerConnection
 from router.sessions.bringup import BringUps
 from router.sessions.continuity import Continuity
 from router.sessions.handshake import HandshakeCache
+from router.sessions.page_crash import end_for_lost_page
 from router.sessions.pool import WarmPool
 from router.sessions.resume_notice import RESUME_REASONS
 from router.sessions.table import ENDED, Session, State
@@ -80,6 +81,7 @@ class RequestServing:
             connection is not None
             and session.state not in ENDED
             and connection.worker.alive()
+            and session.page_lost_on is None
             and not session.roots.worker_behind
             and (not session.stream.held or session.relay_ready.is_set())
         )
@@ -111,7 +113,11 @@ class RequestServing:
     async def ensure_worker(self, session: Session) -> bool:
         """True when a worker was started (spawned or resumed) for the session just now."""
         connection = session.connection
-        if connection is not None:
+        if connection is not None and session.page_lost_on is connection:
+            # Its page crashed and the watch has not ended it yet: this call waits for the
+            # resume rather than meet the blank tab.
+            await end_for_lost_page(self.continuity, session)
+        elif connection is not None:
             if connection.worker.alive():
                 return False
             # Died a moment ago: the supervisor's exit listener runs only after its sweep.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Final
 
 import anyio
@@ -15,9 +16,11 @@ from router.layout import StateLayout
 from router.record.tabs_and_refs import parse_tabs
 from router.sessions import statefiles
 from router.sessions.control import ControlError, ControlSession
+from router.sessions.page_crash import answer_reports_crash, put_back
 from router.sessions.resume_notice import settled_ref_frame
 from router.sessions.storage_restore import is_restore_document
 from router.sessions.table import Session
+from router.sessions.unrestored import BLANK
 
 log = logging.getLogger("mcp_router.continuity")
 
@@ -33,6 +36,8 @@ class BrowserStateSaver:
         self._storage: bool | None = None  # does this kind of worker have the storage tools?
         self.written = 0  # saves that wrote state.json (for /metrics)
         self.unchanged = 0  # saves that found it holding the same state already
+        # Told of a page found crashed by a save (BrowserWatches.page_crashed, set by the manager).
+        self.on_page_crash: Callable[[Session, WorkerConnection], None] | None = None
 
     async def save(self, session: Session, connection: WorkerConnection, control: ControlSession | None) -> None:
         """Storage state and tab URLs to ``state.json`` through the control session."""
@@ -50,8 +55,10 @@ class BrowserStateSaver:
             target = connection.worker.output_dir / SAVE_NAME
             try:
                 await control.call("browser_storage_state", {"filename": str(target)})
-                listed = parse_tabs(await control.call("browser_tabs", {"action": "list"}))
-                tabs = [t for t in listed if not is_restore_document(t)]
+                listing = await control.call("browser_tabs", {"action": "list"})
+                tabs = [t for t in parse_tabs(listing) if not is_restore_document(t)]
+                if self._page_lost(session, connection, listing) and session.current_url is not None:
+                    tabs = put_back(tabs, session.current_url)
                 storage = statefiles.read_json(target)
                 if storage is None:
                     raise ControlError("storage state file missing or unreadable")
@@ -77,3 +84,15 @@ class BrowserStateSaver:
             finally:
                 target.unlink(missing_ok=True)
             log.debug("state saved session=%s ms=%.0f", session.id, (time.monotonic() - started) * 1000)
+
+    def _page_lost(self, session: Session, connection: WorkerConnection, listing: str) -> bool:
+        """Whether the session's page crashed under this worker: known already, or found by this
+        listing (Playwright then told only the router's session, page_crash.py)."""
+        if session.page_lost_on is connection:
+            return True
+        if session.current_url in (None, BLANK) or not answer_reports_crash(listing, connection.worker.output_dir):
+            return False
+        session.page_lost_on = connection
+        if self.on_page_crash is not None:
+            self.on_page_crash(session, connection)
+        return True

@@ -120,6 +120,9 @@ class Session:
     state_saved_at: float = 0.0  # monotonic: the last debounced save of its browser state
     state_digest: bytes | None = None  # of what its state.json holds: an unchanged save writes nothing
     current_url: str | None = None  # last "- Page URL:" of the client's answers
+    # The worker whose browser lost that page to a crash (page_crash.py): its saves put the page
+    # back, and it is ended so the next call resumes on it.
+    page_lost_on: WorkerConnection | None = None
     # The frame prefix of the refs the model last saw ("f2e3" -> 2): the current tab's document
     # count, which a restore reproduces so that those refs resolve again. A navigation's refs are
     # only in its snapshot file: read when a save needs the frame (resume_notice.settled_ref_frame),

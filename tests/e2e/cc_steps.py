@@ -11,6 +11,7 @@ from typing import Final
 
 import httpx
 
+from router.operator.api import ACTION_HEADER
 from tests.e2e.claude_code import ClaudeCodeClient
 from tests.support import (
     RouterThread,
@@ -144,6 +145,17 @@ def pause_all(router: RouterThread, clients: tuple[ClaudeCodeClient, ...]) -> No
     workers = [worker_of(router, cc.session_id) for cc in clients]
     for cc, worker in zip(clients, workers, strict=True):
         wait_worker_gone(router, cc.session_id, worker)
+
+
+def hibernate(router: RouterThread, session_id: str) -> None:
+    """As the dashboard's button does: the session's worker goes, its state saved."""
+    response = httpx.post(
+        f"{base_of(router)}/api/sessions/{session_id}/hibernate",
+        headers={ACTION_HEADER: "1", **auth_headers()},
+        timeout=30,
+        trust_env=False,
+    )
+    assert response.status_code == 200, response.text
 
 
 def base_of(router: RouterThread) -> str:

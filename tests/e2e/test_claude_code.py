@@ -24,7 +24,6 @@ import httpx
 import pytest
 
 from router.http.tool_policy import DANGEROUS_TOOLS
-from router.operator.api import ACTION_HEADER
 from router.sessions import upkeep
 from tests.e2e.cc_steps import (
     ANSWER_WITHIN,
@@ -33,6 +32,7 @@ from tests.e2e.cc_steps import (
     WORKER_GONE,
     base_of,
     carries_on,
+    hibernate,
     saved,
     sign_in,
     wait_worker_gone,
@@ -168,13 +168,7 @@ def test_hibernation_then_call(steady: RouterThread, pages: str) -> None:
     with ClaudeCodeClient(steady.url) as cc:
         before = sign_in(cc, pages, "hib")
         worker = worker_of(steady, cc.session_id)
-        response = httpx.post(
-            f"{base_of(steady)}/api/sessions/{cc.session_id}/hibernate",
-            headers={ACTION_HEADER: "1", **auth_headers()},
-            timeout=30,
-            trust_env=False,
-        )
-        assert response.status_code == 200, response.text
+        hibernate(steady, cc.session_id)
         wait_worker_gone(steady, cc.session_id, worker)
         carries_on(cc, before, steady)
 

@@ -15,7 +15,7 @@ from tests.support.client import (
     whoami,
 )
 from tests.support.pages import PAGES, serve_pages
-from tests.support.procs import dead
+from tests.support.procs import dead, renderers_of
 from tests.support.routers import (
     FAKE_WORKER,
     FAKE_WORKER_COMMAND,
@@ -57,6 +57,7 @@ __all__ = [
     "raw_post",
     "read_until_closed",
     "ref_of",
+    "renderers_of",
     "router_settings",
     "run_cli",
     "saved_state",

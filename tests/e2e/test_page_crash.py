@@ -1,0 +1,88 @@
+"""A page that crashes under a live worker (its renderer killed, as the OOM killer would), in a
+conversation shaped like Claude Code's (roots, the GET stream held, no DELETE). Playwright MCP
+puts a blank tab in its place and tells only the MCP session that met it: the router's own, as
+often as the client's. The router ends the worker as a crash, its state saved with the page put
+back, so the next call carries on, on the same page with the same cookie and the old ref. Before,
+the client met about:blank with nothing said, and a save taken then kept the blank tab for the
+next resume. (The signs, and the save's part, with stand-ins: tests/continuity/test_page_crash.py.)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+
+import pytest
+
+from router.sessions.page_crash import TARGET_CRASHED
+from tests.e2e.cc_steps import (
+    CALL_LIMIT,
+    WORKER_GONE,
+    base_of,
+    carries_on,
+    hibernate,
+    saved,
+    sign_in,
+    wait_worker_gone,
+    worker_of,
+    worker_pid,
+)
+from tests.e2e.claude_code import ClaudeCodeClient
+from tests.support import RouterThread, dead, playwright_router, renderers_of, wait_for
+from tests.support.saved import SAVE_WAIT
+from workers.browser import find_browser
+
+
+@pytest.fixture(scope="module")
+def router(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator[RouterThread]:
+    """A router that does not reap during a test."""
+    with playwright_router(tmp_path_factory.mktemp("page-crash"), chromium, idle_timeout=600, resume_reserve=1) as r:
+        yield r
+
+
+def _crash_the_page(router: RouterThread, session_id: str) -> int:
+    """Kills the renderers of the session's browser (its one page's); the worker's pid."""
+    node = worker_pid(base_of(router), session_id)
+    assert node is not None
+    browser = find_browser(node)
+    assert browser is not None, "no browser under the worker after its first tool calls"
+    renderers = renderers_of(browser)
+    assert renderers, "no renderer under the worker's browser"
+    for pid in renderers:
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: all(dead(pid) for pid in renderers), timeout=WORKER_GONE)
+    assert find_browser(node) == browser  # the browser lives on: only the page is gone
+    return node
+
+
+def test_the_call_that_meets_a_crashed_page_then_the_next_carries_on(router: RouterThread, pages: str) -> None:
+    state = router.settings.state_dir
+    crashes = router.manager.browsers.page_restarts
+    with ClaudeCodeClient(router.url) as cc:
+        before = sign_in(cc, pages, "renderer")
+        # Saved: nothing of the router's own is pending on the worker, so the client meets it.
+        wait_for(lambda: saved(state, cc.session_id, "renderer"), timeout=SAVE_WAIT)
+        node = _crash_the_page(router, cc.session_id)
+        met = str(cc.call_raw("browser_snapshot", {}, timeout=CALL_LIMIT)["text"])
+        # Playwright's own answer, passed on: its error (the crash not known to it yet), or the
+        # blank tab it opened instead.
+        assert TARGET_CRASHED in met or "- Page URL: about:blank" in met, met
+        wait_for(lambda: worker_pid(base_of(router), cc.session_id) != node, timeout=WORKER_GONE)
+        assert router.manager.browsers.page_restarts == crashes + 1
+        carries_on(cc, before, router)
+        assert not saved(state, cc.session_id, '"about:blank"')
+
+
+def test_a_page_that_crashed_before_a_hibernation_comes_back_with_the_resume(router: RouterThread, pages: str) -> None:
+    """The save before the worker goes is the call that meets the crash: it keeps the page."""
+    state = router.settings.state_dir
+    with ClaudeCodeClient(router.url) as cc:
+        before = sign_in(cc, pages, "sleeper")
+        wait_for(lambda: saved(state, cc.session_id, "sleeper"), timeout=SAVE_WAIT)
+        worker = worker_of(router, cc.session_id)
+        _crash_the_page(router, cc.session_id)
+        hibernate(router, cc.session_id)
+        wait_worker_gone(router, cc.session_id, worker)
+        assert saved(state, cc.session_id, before.url) and not saved(state, cc.session_id, '"about:blank"')
+        carries_on(cc, before, router)
