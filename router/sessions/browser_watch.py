@@ -66,10 +66,16 @@ class BrowserWatches:
     def called(self, session: Session) -> None:
         """A tool call is over: the session's browser is watched from now on, if it has one."""
         connection = session.connection
-        if connection is None:
-            return
-        if session.page_lost_on is connection:  # its answer found the page crashed
+        if connection is not None and session.page_lost_on is connection:  # its answer found the page crashed
             self.page_crashed(session, connection)
+        else:
+            self.watch(session)
+
+    def watch(self, session: Session) -> None:
+        """The session's browser is watched from now on, if it has one (a resume's restore
+        launched it; else the first tool that needs a page does)."""
+        connection = session.connection
+        if connection is None:
             return
         watched = self._watched.get(session.id)
         if watched is not None and watched.connection is connection:

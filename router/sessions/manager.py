@@ -142,7 +142,7 @@ class SessionManager:
         self.continuity.state_saver.on_page_crash = self.browsers.page_crashed
         self.requests = RequestServing(
             continuity=self.continuity, pool=self.pool, upkeep=self.upkeep, handshakes=handshakes,
-            bring_ups=self.bring_ups,
+            bring_ups=self.bring_ups, browsers=self.browsers,
         )  # fmt: skip
         # A warm worker goes before any session sleeps.
         self.admission.evictors = (self.pool.evict_one, self._hibernate_least_recent)

@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
@@ -25,6 +25,9 @@ from router.sessions.resume_notice import RESUME_REASONS
 from router.sessions.table import ENDED, Session, State
 from router.sessions.upkeep import Upkeep
 
+if TYPE_CHECKING:
+    from router.sessions.browser_watch import BrowserWatches
+
 log = logging.getLogger("mcp_router.continuity")
 
 WARM_WAIT: Final = 10.0  # no longer than a cold spawn and browser launch under load take
@@ -36,9 +39,10 @@ RELAY_WAIT: Final = 2.0
 class RequestServing:
     def __init__(
         self, *, continuity: Continuity, pool: WarmPool, upkeep: Upkeep, handshakes: HandshakeCache,
-        bring_ups: BringUps,
+        bring_ups: BringUps, browsers: BrowserWatches | None = None,
     ) -> None:  # fmt: skip
         self.continuity = continuity
+        self.browsers = browsers
         self.pool = pool
         self.upkeep = upkeep
         self.handshakes = handshakes
@@ -145,6 +149,8 @@ class RequestServing:
                     )  # fmt: skip
                 if session.roots.known is not None:  # the next warm worker's session is warmed with them
                     self.pool.expect_roots(session.roots.known)
+                if self.browsers is not None:  # from the restore on, not from this call's end
+                    self.browsers.watch(session)
                 return True
         return False
 

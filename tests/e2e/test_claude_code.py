@@ -9,6 +9,7 @@ test_claude_code_resumes.py; the steps both take: cc_steps.py.)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -42,6 +43,7 @@ from tests.e2e.cc_steps import (
 from tests.e2e.claude_code import (
     ROUTER_TOOLS,
     ClaudeCodeClient,
+    ClientError,
     DirectWorker,
 )
 from tests.support import (
@@ -61,6 +63,7 @@ from workers.orphans import processes_for
 
 CC_CAPABILITIES: Final = {"roots": {"listChanged": True}, "elicitation": {"form": {}, "url": {}}}
 CC_PROTOCOL: Final = "2025-11-25"
+RESUMING_CALL_S: Final = 5  # a browser_wait_for: long enough to kill the browser under it
 SAVE_WAIT: Final = 20.0  # as tests/support/saved.py: the first save is debounced, then every 5 s at most
 HANDSHAKES: Final = 20
 HANDSHAKE_P50: Final = 4.0  # loose (the goal is 250 ms, benched); a worker per handshake takes ~7 s unloaded
@@ -162,6 +165,31 @@ def test_browser_killed_under_a_live_worker_then_call(steady: RouterThread, page
         assert f"- Page URL: {before.url}" in text and "crashed" in text, text  # reloaded, and told so
         cookies, _ = cc.call("browser_evaluate", timeout=CALL_LIMIT, function="() => document.cookie")
         assert "session=oom" in cookies, cookies
+
+
+def test_browser_killed_during_the_call_that_resumed_the_session(steady: RouterThread, pages: str) -> None:
+    """The resume's restore launched the browser, which dies while the call that brought the
+    session back still runs: watched from the restore on (not from that call's end), it ends the
+    worker as any other browser's death, so the next call carries on on the page."""
+    state = steady.settings.state_dir
+    restarts = steady.manager.browsers.restarts
+    with ClaudeCodeClient(steady.url) as cc:
+        before = sign_in(cc, pages, "gap")
+        wait_for(lambda: saved(state, cc.session_id, "gap"), timeout=SAVE_WAIT)
+        worker = worker_of(steady, cc.session_id)
+        hibernate(steady, cc.session_id)
+        wait_worker_gone(steady, cc.session_id, worker)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            resuming = pool.submit(cc.call_raw, "browser_wait_for", {"time": RESUMING_CALL_S}, timeout=CALL_LIMIT)
+            # The session has a worker again once its restore is done: the call runs from then on.
+            node = wait_for(lambda: worker_pid(base_of(steady), cc.session_id), timeout=WORKER_GONE)
+            browser = wait_for(lambda: find_browser(node), timeout=WORKER_GONE)
+            os.kill(browser, signal.SIGKILL)
+            wait_for(lambda: worker_pid(base_of(steady), cc.session_id) != node, timeout=WORKER_GONE)
+            with contextlib.suppress(ClientError):  # a call in flight when the browser died fails
+                resuming.result(timeout=CALL_LIMIT)  # but is answered, not left hanging
+        assert steady.manager.browsers.restarts == restarts + 1
+        carries_on(cc, before, steady)
 
 
 def test_hibernation_then_call(steady: RouterThread, pages: str) -> None:
