@@ -18,6 +18,7 @@ from tests.support import (
     auth_headers,
     wait_for,
 )
+from tests.support.saved import SAVE_WAIT
 from workers.orphans import processes_for
 
 # The issue's target for the first call after any change of worker is 5 s; scripts/bench measures
@@ -147,8 +148,18 @@ def pause_all(router: RouterThread, clients: tuple[ClaudeCodeClient, ...]) -> No
         wait_worker_gone(router, cc.session_id, worker)
 
 
+def signed_in_and_saved(cc: ClaudeCodeClient, router: RouterThread, pages: str, tag: str) -> Before:
+    """``sign_in``, then until the session's saved state holds its cookie: what survives a kill
+    (and nothing of the router's own is pending on the worker any more)."""
+    before = sign_in(cc, pages, tag)
+    wait_for(lambda: saved(router.settings.state_dir, cc.session_id, tag), timeout=SAVE_WAIT)
+    return before
+
+
 def hibernate(router: RouterThread, session_id: str) -> None:
-    """As the dashboard's button does: the session's worker goes, its state saved."""
+    """As the dashboard's button does: the session's worker goes, its state saved; until no
+    process of it is left."""
+    worker = worker_of(router, session_id)
     response = httpx.post(
         f"{base_of(router)}/api/sessions/{session_id}/hibernate",
         headers={ACTION_HEADER: "1", **auth_headers()},
@@ -156,6 +167,7 @@ def hibernate(router: RouterThread, session_id: str) -> None:
         trust_env=False,
     )
     assert response.status_code == 200, response.text
+    wait_worker_gone(router, session_id, worker)
 
 
 def base_of(router: RouterThread) -> str:

@@ -36,7 +36,7 @@ from tests.e2e.cc_steps import (
     hibernate,
     saved,
     sign_in,
-    wait_worker_gone,
+    signed_in_and_saved,
     worker_of,
     worker_pid,
 )
@@ -58,13 +58,13 @@ from tests.support import (
     spare_port,
     wait_for,
 )
+from tests.support.saved import SAVE_WAIT
 from workers.browser import find_browser
 from workers.orphans import processes_for
 
 CC_CAPABILITIES: Final = {"roots": {"listChanged": True}, "elicitation": {"form": {}, "url": {}}}
 CC_PROTOCOL: Final = "2025-11-25"
 RESUMING_CALL_S: Final = 5  # a browser_wait_for: long enough to kill the browser under it
-SAVE_WAIT: Final = 20.0  # as tests/support/saved.py: the first save is debounced, then every 5 s at most
 HANDSHAKES: Final = 20
 HANDSHAKE_P50: Final = 4.0  # loose (the goal is 250 ms, benched); a worker per handshake takes ~7 s unloaded
 
@@ -120,10 +120,8 @@ def test_worker_kill_9_then_call(steady: RouterThread, pages: str, racing: bool)
     # Racing, the call is sent the moment the worker's group is killed: it may find the port
     # refused, or a kept-alive socket that the dying node resets while its listener still accepts
     # (pinned with the stand-in worker in tests/continuity/test_supervision.py).
-    state = steady.settings.state_dir
     with ClaudeCodeClient(steady.url) as cc:
-        before = sign_in(cc, pages, "kill")
-        wait_for(lambda: saved(state, cc.session_id, "kill"), timeout=SAVE_WAIT)
+        before = signed_in_and_saved(cc, steady, pages, "kill")
         pid = worker_pid(base_of(steady), cc.session_id)
         assert pid is not None
         if racing:
@@ -141,11 +139,9 @@ def test_browser_killed_under_a_live_worker_then_call(steady: RouterThread, page
     """Chromium dies (the OOM killer's usual pick) while node lives: Playwright would answer the
     next call from a new browser on about:blank, without cookies or refs. The router restarts the
     worker at once instead, and the next call carries on as after any crash."""
-    state = steady.settings.state_dir
     restarts = steady.manager.browsers.restarts
     with ClaudeCodeClient(steady.url) as cc:
-        before = sign_in(cc, pages, "oom")
-        wait_for(lambda: saved(state, cc.session_id, "oom"), timeout=SAVE_WAIT)
+        before = signed_in_and_saved(cc, steady, pages, "oom")
         node = worker_pid(base_of(steady), cc.session_id)
         assert node is not None
         browser = find_browser(node)
@@ -171,14 +167,10 @@ def test_browser_killed_during_the_call_that_resumed_the_session(steady: RouterT
     """The resume's restore launched the browser, which dies while the call that brought the
     session back still runs: watched from the restore on (not from that call's end), it ends the
     worker as any other browser's death, so the next call carries on on the page."""
-    state = steady.settings.state_dir
     restarts = steady.manager.browsers.restarts
     with ClaudeCodeClient(steady.url) as cc:
-        before = sign_in(cc, pages, "gap")
-        wait_for(lambda: saved(state, cc.session_id, "gap"), timeout=SAVE_WAIT)
-        worker = worker_of(steady, cc.session_id)
+        before = signed_in_and_saved(cc, steady, pages, "gap")
         hibernate(steady, cc.session_id)
-        wait_worker_gone(steady, cc.session_id, worker)
         with ThreadPoolExecutor(max_workers=1) as pool:
             resuming = pool.submit(cc.call_raw, "browser_wait_for", {"time": RESUMING_CALL_S}, timeout=CALL_LIMIT)
             # The session has a worker again once its restore is done: the call runs from then on.
@@ -195,9 +187,7 @@ def test_browser_killed_during_the_call_that_resumed_the_session(steady: RouterT
 def test_hibernation_then_call(steady: RouterThread, pages: str) -> None:
     with ClaudeCodeClient(steady.url) as cc:
         before = sign_in(cc, pages, "hib")
-        worker = worker_of(steady, cc.session_id)
         hibernate(steady, cc.session_id)
-        wait_worker_gone(steady, cc.session_id, worker)
         carries_on(cc, before, steady)
 
 
@@ -208,8 +198,7 @@ def test_a_save_after_a_call_that_changed_nothing_writes_nothing(
     state = steady.settings.state_dir
     saver = steady.manager.continuity.state_saver
     with ClaudeCodeClient(steady.url) as cc:
-        sign_in(cc, pages, "still")
-        wait_for(lambda: saved(state, cc.session_id, "still"), timeout=SAVE_WAIT)
+        signed_in_and_saved(cc, steady, pages, "still")
         state_file = state / "sessions" / cc.session_id / "state.json"
         written, unchanged, before = saver.written, saver.unchanged, state_file.read_bytes()
         cc.call("browser_press_key", key="Shift")  # not read-only, so a save follows; it changes nothing

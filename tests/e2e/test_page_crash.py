@@ -23,14 +23,11 @@ from tests.e2e.cc_steps import (
     carries_on,
     hibernate,
     saved,
-    sign_in,
-    wait_worker_gone,
-    worker_of,
+    signed_in_and_saved,
     worker_pid,
 )
 from tests.e2e.claude_code import ClaudeCodeClient
 from tests.support import RouterThread, dead, playwright_router, renderers_of, wait_for
-from tests.support.saved import SAVE_WAIT
 from workers.browser import find_browser
 
 
@@ -60,9 +57,8 @@ def test_the_call_that_meets_a_crashed_page_then_the_next_carries_on(router: Rou
     state = router.settings.state_dir
     crashes = router.manager.browsers.page_restarts
     with ClaudeCodeClient(router.url) as cc:
-        before = sign_in(cc, pages, "renderer")
         # Saved: nothing of the router's own is pending on the worker, so the client meets it.
-        wait_for(lambda: saved(state, cc.session_id, "renderer"), timeout=SAVE_WAIT)
+        before = signed_in_and_saved(cc, router, pages, "renderer")
         node = _crash_the_page(router, cc.session_id)
         met = str(cc.call_raw("browser_snapshot", {}, timeout=CALL_LIMIT)["text"])
         # Playwright's own answer, passed on: its error (the crash not known to it yet), or the
@@ -78,11 +74,8 @@ def test_a_page_that_crashed_before_a_hibernation_comes_back_with_the_resume(rou
     """The save before the worker goes is the call that meets the crash: it keeps the page."""
     state = router.settings.state_dir
     with ClaudeCodeClient(router.url) as cc:
-        before = sign_in(cc, pages, "sleeper")
-        wait_for(lambda: saved(state, cc.session_id, "sleeper"), timeout=SAVE_WAIT)
-        worker = worker_of(router, cc.session_id)
+        before = signed_in_and_saved(cc, router, pages, "sleeper")
         _crash_the_page(router, cc.session_id)
         hibernate(router, cc.session_id)
-        wait_worker_gone(router, cc.session_id, worker)
         assert saved(state, cc.session_id, before.url) and not saved(state, cc.session_id, '"about:blank"')
         carries_on(cc, before, router)

@@ -14,13 +14,12 @@ import pytest
 
 import router.sessions.upkeep
 import workers.health
-from tests.e2e.cc_steps import WORKER_GONE, base_of, carries_on, saved, sign_in, worker_pid
+from tests.e2e.cc_steps import WORKER_GONE, base_of, carries_on, signed_in_and_saved, worker_pid
 from tests.e2e.claude_code import ClaudeCodeClient
 from tests.support import RouterThread, dead, playwright_router, wait_for
 
 HEALTH_EVERY: Final = 0.3  # seconds between checks
 PROBE_WITHIN: Final = 1.0  # node answers in milliseconds, on this loaded machine too
-SAVE_WAIT: Final = 20.0
 WEDGED_WITHIN: Final = 30.0  # three missed probes, the restart and the resume
 
 
@@ -54,10 +53,8 @@ def test_a_worker_waiting_on_its_browser_answers_its_health_checks(
 
 
 def test_a_stopped_worker_is_restarted_and_the_conversation_carries_on(checked: RouterThread, pages: str) -> None:
-    state = checked.settings.state_dir
     with ClaudeCodeClient(checked.url) as cc:
-        before = sign_in(cc, pages, "wedged")
-        wait_for(lambda: saved(state, cc.session_id, "wedged"), timeout=SAVE_WAIT)
+        before = signed_in_and_saved(cc, checked, pages, "wedged")
         node = worker_pid(base_of(checked), cc.session_id)
         assert node is not None
         os.killpg(node, signal.SIGSTOP)  # node and its browser: a whole worker that serves nothing
