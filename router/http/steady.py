@@ -45,6 +45,7 @@ from router.http.streaming import leaving, send_start
 from router.http.timing import RequestTiming
 from router.http.upstream import UpstreamResponse
 from router.operator.metrics import Metrics
+from router.sessions.page_crash import answer_met_crash
 from router.types import H_PROTOCOL_VERSION, H_SESSION_ID, HANDSHAKE_VERSIONS, JSON, MCP_ENDPOINT, SSE
 
 __all__ = ["SteadyLane"]
@@ -188,6 +189,10 @@ class SteadyCall:
             return
         data = response.peek()
         payload = lone_event_data(data)
+        page, connection = self.exchange.session.current_url, self.connection
+        if payload is not None and connection and answer_met_crash(payload, page, connection.worker.output_dir):
+            self._hand_over(mcp_endpoint.WHOLE_ANSWER_WAIT)  # the chain sends it once more (page_crash.py)
+            return
         taken = self.exchange.take_answer(payload) if payload is not None else None
         if taken is None:  # not one plain event of this call's answer
             self._hand_over(mcp_endpoint.WHOLE_ANSWER_WAIT)

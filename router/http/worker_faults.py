@@ -1,4 +1,5 @@
-"""When a worker fails a client's message: whether it is dying, and the 502 the client gets."""
+"""When a worker fails a client's message: whether it is dying, whether the page the call was
+for crashed under it, and the 502 the client gets."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ from typing import Final
 
 from router.http.errors import WorkerUnreachable
 from router.http.proxy import WorkerConnection
-from router.http.upstream import ConnectFailed, UpstreamError
+from router.http.sse import lone_event_data
+from router.http.upstream import ConnectFailed, UpstreamError, UpstreamResponse
+from router.sessions.page_crash import answer_met_crash
 from router.sessions.table import Session
+from router.types import SSE
 
 # How long a worker whose socket broke under a request may take to exit if it is dying: a
 # SIGKILLed node is gone in milliseconds, on a loaded machine later.
@@ -18,6 +22,21 @@ async def worker_died(connection: WorkerConnection, exc: UpstreamError) -> bool:
     """Whether the worker of a failed exchange is dead or dying: it refused, or it exits within
     DEATH_WAIT (a broken socket alone does not tell: see Worker.exits_within)."""
     return isinstance(exc, ConnectFailed) or await connection.worker.exits_within(DEATH_WAIT)
+
+
+async def met_crashed_page(session: Session, upstream: UpstreamResponse, settle: float) -> bool:
+    """Whether a tool call's answer shows that the session's page crashed (router/sessions/
+    page_crash.py): the call ran on no page of the client's, so it goes once more, to the worker
+    resumed with the page; this answer is closed."""
+    connection = session.connection
+    if connection is None or upstream.status_code != 200 or not upstream.content_type.startswith(SSE):
+        return False
+    await upstream.settle(settle)
+    payload = lone_event_data(upstream.peek()) if upstream.complete else None
+    if payload is None or not answer_met_crash(payload, session.current_url, connection.worker.output_dir):
+        return False
+    await upstream.aclose()
+    return True
 
 
 def unreachable(session: Session, exc: Exception) -> WorkerUnreachable:

@@ -60,7 +60,6 @@ class BrowserWatches:
         self.start_soon = start_soon  # the upkeep's: its task group ends every watch at shutdown
         self._watched: dict[str, _Watched] = {}  # by session id; an entry leaves when its browser exits
         self.restarts = 0  # workers ended because their browser died
-        self.page_restarts = 0  # workers ended because the session's page crashed
         self._ending: set[WorkerConnection] = set()  # ended for a crashed page, not yet gone
 
     def called(self, session: Session) -> None:
@@ -100,7 +99,6 @@ class BrowserWatches:
             return
         session.page_lost_on = connection
         self._ending.add(connection)
-        self.page_restarts += 1
         self.start_soon(partial(self._end_for_page, session, connection))
 
     async def _end_for_page(self, session: Session, connection: WorkerConnection) -> None:

@@ -177,6 +177,16 @@ class RequestServing:
             self.continuity.crashed(session)
             # Its exit fully handled before a respawn.
             await self.continuity.end_worker(session, worker)
+        return await self._resumed(session)
+
+    async def replace_lost_page(self, session: Session, connection: WorkerConnection) -> WorkerConnection:
+        """A request met its session's page crashed under a live worker (``page_crash.py``): that
+        worker is ended, its state saved with the page put back, and the session resumed."""
+        if session.connection is connection:
+            session.page_lost_on = connection
+        return await self._resumed(session)
+
+    async def _resumed(self, session: Session) -> WorkerConnection:
         await self.ensure_worker(session)
         if session.connection is None:
             raise WorkerUnreachable("Worker not available for this session")

@@ -1,11 +1,12 @@
 """A page that crashed under a live worker (router/sessions/page_crash.py): told by Playwright's
 error for a call on it, or by the blank tab and console entry it put in its place, whichever MCP
 session on the worker met it first; the client's page stays the one to restore, a save puts it
-back in place of the blank tab, and the worker is marked for ending. (Through the real worker:
-tests/e2e/test_page_crash.py.)"""
+back in place of the blank tab, and the worker is marked for ending; a call that met it goes once
+more. (Through the real worker: tests/e2e/test_page_crash.py.)"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -15,7 +16,7 @@ from router.layout import StateLayout
 from router.record.snapshots import summarize
 from router.sessions import statefiles
 from router.sessions.control import ControlSession
-from router.sessions.page_crash import CRASH_RESET, TARGET_CRASHED, lost_page, put_back
+from router.sessions.page_crash import CRASH_RESET, TARGET_CRASHED, answer_met_crash, lost_page, put_back
 from router.sessions.resume_notice import on_tool_answer
 from router.sessions.serving import RequestServing
 from router.sessions.state_save import BrowserStateSaver
@@ -71,6 +72,23 @@ def test_what_tells_a_crashed_page_and_what_does_not(tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     assert not lost_page(_facts(_reset_answer(_console(elsewhere, f"Error: {CRASH_RESET}"))), out)
+
+
+def _payload(text: str, *, error: bool = False) -> bytes:
+    answer = {"result": {"content": [{"type": "text", "text": text}], "isError": error}, "jsonrpc": "2.0", "id": 7}
+    return json.dumps(answer, separators=(",", ":")).encode()
+
+
+def test_a_workers_answer_that_met_the_crash_is_told_from_its_bytes(tmp_path: Path) -> None:
+    """What the proxy looks at before an answer leaves: the call goes once more if it met the
+    crash (endpoint.py, steady.py), as long as the session had a page to lose."""
+    crashed = _payload(f"### Error\nError: browserBackend.callTool: {TARGET_CRASHED} ", error=True)
+    reset = _payload(_reset_answer(_console(tmp_path, f"Error: {CRASH_RESET}")))
+    assert answer_met_crash(crashed, PAGE, tmp_path) and answer_met_crash(reset, PAGE, tmp_path)
+    assert not answer_met_crash(crashed, None, tmp_path) and not answer_met_crash(reset, BLANK, tmp_path)
+    assert not answer_met_crash(_payload(f"### Page\n- Page URL: {BLANK}"), PAGE, tmp_path)
+    assert not answer_met_crash(_payload(f"### Page\n- Page URL: {PAGE}"), PAGE, tmp_path)
+    assert not answer_met_crash(b"not json " + TARGET_CRASHED.encode(), PAGE, tmp_path)
 
 
 def test_the_page_goes_back_in_place_of_the_blank_tab_opened_last() -> None:
