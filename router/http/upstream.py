@@ -58,7 +58,7 @@ class UpstreamResponse:
     """A worker's answer: status and headers at once, the body as it arrives."""
 
     __slots__ = (
-        "_chunks", "_complete", "_connection", "_error", "_head", "_size", "_waiter",
+        "_chunks", "_complete", "_connection", "_error", "_head", "_settled", "_size", "_waiter",
         "headers", "on_done", "status_code",
     )
 
@@ -72,6 +72,7 @@ class UpstreamResponse:
         self._complete = False
         self._error: UpstreamError | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self._settled = False  # a settle() waited its time already
         # Called once the whole body has arrived, the exchange broke, or the body unread grew past
         # HIGH_WATER (the socket paused: a reader in callbacks must start reading).
         self.on_done: Callable[[], None] | None = None
@@ -140,9 +141,11 @@ class UpstreamResponse:
     async def settle(self, limit: float) -> None:
         """Wait until some of the body, its end or an error has arrived, at most ``limit`` s.
         A worker writes a tool's answer head first and the event when the tool is done: waiting
-        here lets a quick answer be relayed whole instead of as a stream."""
-        if self._chunks or self._complete or self._error is not None:
+        here lets a quick answer be relayed whole instead of as a stream. Only the first call
+        waits: whoever looks next (the proxy after a look for a crashed page) finds it settled."""
+        if self._settled or self._chunks or self._complete or self._error is not None:
             return
+        self._settled = True
         loop = asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
         timer = loop.call_later(limit, _resolve, waiter)

@@ -3,6 +3,7 @@ the router's own HTTP client to its workers meets odd framing, hang-ups and bad 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import threading
@@ -19,7 +20,7 @@ from router.http.limits import MAX_HEAD_BYTES
 from router.http.streaming import NO_ANSWER
 from router.http.upstream_pool import UpstreamPool
 from tests.support import RawClient, RouterThread, messages_of, router_settings, spare_port, wait_recorded
-from tests.support.scripted_worker import CLOSE, InParts, ScriptedWorker, ThenClose, http_answer
+from tests.support.scripted_worker import CLOSE, READ_TIMEOUT, InParts, ScriptedWorker, ThenClose, http_answer
 from tests.support.sse import iter_sse
 from workers.spec import NODE_HEADER_SIZE_FLAG
 
@@ -244,6 +245,22 @@ async def test_the_request_is_handed_on_before_the_worker_answers() -> None:
     assert written_before_sent == [False]
     assert len(worker.requests) == 1
 
+
+
+async def test_an_answer_is_waited_for_once_however_many_look() -> None:
+    # The proxy settles a tool call's answer to look for a crashed page, then again to relay it:
+    # a slow answer's stream must not start a second wait later.
+    release = threading.Event()
+    with ScriptedWorker(sse_head_then_event(1, "slow", 0.0, release=release)) as worker:
+        pool = UpstreamPool("127.0.0.1", worker.port, "/mcp")
+        try:
+            response = await pool.request("POST", [(b"host", b"x")], b"{}")
+            await response.settle(0.05)  # nothing of the body yet: it waits its time
+            assert not response.complete
+            await asyncio.wait_for(response.settle(READ_TIMEOUT), timeout=READ_TIMEOUT / 2)
+        finally:
+            release.set()
+            await pool.aclose()
 
 
 def test_a_worker_hanging_up_after_its_refusal_is_502_and_in_the_record(state_dir: Path) -> None:
