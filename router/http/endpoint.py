@@ -48,7 +48,7 @@ from router.http.streaming import (
 )
 from router.http.timing import request_timing
 from router.http.upstream import UpstreamError, UpstreamResponse
-from router.http.worker_faults import met_crashed_page, unreachable, worker_died
+from router.http.worker_faults import crashed_page_under, unreachable, worker_died
 from router.sessions.manager import SessionManager
 from router.sessions.table import Session, State
 from router.types import (
@@ -291,8 +291,9 @@ class McpEndpoint:
             upstream = await send_or_resume(connection, first.response)
         if upstream.status_code != SESSION_LOST:
             settle = WHOLE_ANSWER_WAIT if first is None else first.settle
-            if message.tool_name is not None and await met_crashed_page(session, upstream, settle):
-                return await send_to(await self.manager.requests.replace_lost_page(session, connection))
+            crashed = await crashed_page_under(session, upstream, settle) if message.tool_name is not None else None
+            if crashed is not None:
+                return await send_to(await self.manager.requests.replace_lost_page(session, crashed))
             return upstream
         # The worker ended our MCP session (a ping that went unanswered while the client's stream
         # was away) but lives on, browser and all: nothing was done, so a new session may redo it.

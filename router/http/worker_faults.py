@@ -24,19 +24,19 @@ async def worker_died(connection: WorkerConnection, exc: UpstreamError) -> bool:
     return isinstance(exc, ConnectFailed) or await connection.worker.exits_within(DEATH_WAIT)
 
 
-async def met_crashed_page(session: Session, upstream: UpstreamResponse, settle: float) -> bool:
-    """Whether a tool call's answer shows that the session's page crashed (router/sessions/
-    page_crash.py): the call ran on no page of the client's, so it goes once more, to the worker
-    resumed with the page; this answer is closed."""
+async def crashed_page_under(session: Session, upstream: UpstreamResponse, settle: float) -> WorkerConnection | None:
+    """The worker under which a tool call's answer shows the session's page crashed (router/
+    sessions/page_crash.py), else None: the call ran on no page of the client's, so it goes once
+    more, to the worker resumed with the page; this answer is closed."""
     connection = session.connection
     if connection is None or upstream.status_code != 200 or not upstream.content_type.startswith(SSE):
-        return False
+        return None
     await upstream.settle(settle)
     payload = lone_event_data(upstream.peek()) if upstream.complete else None
     if payload is None or not answer_met_crash(payload, session.current_url, connection.worker.output_dir):
-        return False
+        return None
     await upstream.aclose()
-    return True
+    return connection
 
 
 def unreachable(session: Session, exc: Exception) -> WorkerUnreachable:
