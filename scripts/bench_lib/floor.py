@@ -48,6 +48,8 @@ NODE_RELAY_JS: Final = Path(__file__).with_name("node_relay.js")
 RAW_RELAY: Final = "raw"  # raw_relay.py: Python without ASGI, asyncio protocols and httptools
 RAW_RECORDING_RELAY: Final = "raw_recording"  # … parsing both bodies, one commit per call
 RAW_RELAY_PY: Final = Path(__file__).with_name("raw_relay.py")
+BIND_TRIES: Final = 3  # a relay before many workers, its ports picked again if one was taken
+ADDRESS_IN_USE: Final = "address already in use"  # Python's and nginx's words for EADDRINUSE
 NGINX_RELAY: Final = "nginx"  # nginx as a bare relay: native code, one process (no master)
 NGINX_CONF: Final = """daemon off; master_process off; worker_processes 1; pid {dir}/nginx.pid;
 error_log {dir}/error.log warn;
@@ -98,8 +100,16 @@ def in_front_of(env: Env, worker: Target, app: str, name: str) -> Target:
 def in_front_of_each(env: Env, workers: list[Target], app: str, name: str) -> list[Target]:
     """One process of ``app`` (a key of ONE_PROCESS_FOR_MANY) before every worker, a port of its
     own for each: what the hop costs one process at N sessions, as the router serves them."""
-    pairs = [(spare_port(), _port(worker)) for worker in workers]
-    child = ONE_PROCESS_FOR_MANY[app](env, name, app, pairs)
+    for attempt in range(1, BIND_TRIES + 1):
+        pairs = [(spare_port(), _port(worker)) for worker in workers]
+        try:
+            child = ONE_PROCESS_FOR_MANY[app](env, name, app, pairs)
+            break
+        except RuntimeError as exc:
+            # A port picked free was an outgoing connection's by the time the relay bound it (the
+            # kernel's ephemeral ports, busy at this load): picked again.
+            if attempt == BIND_TRIES or ADDRESS_IN_USE not in str(exc).lower():
+                raise
     return [
         Target(Endpoint(f"{name}-{k}", f"http://127.0.0.1:{port}/mcp"), child, worker.state_dir)
         for k, ((port, _), worker) in enumerate(zip(pairs, workers, strict=True))
