@@ -60,7 +60,6 @@ class BrowserWatches:
         self.start_soon = start_soon  # the upkeep's: its task group ends every watch at shutdown
         self._watched: dict[str, _Watched] = {}  # by session id; an entry leaves when its browser exits
         self.restarts = 0  # workers ended because their browser died
-        self._ending: set[WorkerConnection] = set()  # ended for a crashed page, not yet gone
 
     def called(self, session: Session) -> None:
         """A tool call is over: the session's browser is watched from now on, if it has one."""
@@ -95,17 +94,11 @@ class BrowserWatches:
     def page_crashed(self, session: Session, connection: WorkerConnection) -> None:
         """The session's page crashed under its live worker (``page_crash.py``): the worker is
         ended, the page put back in its saved state, and the next call resumes on it."""
-        if session.connection is not connection or connection in self._ending:
+        if session.connection is not connection:
             return
         session.page_lost_on = connection
-        self._ending.add(connection)
-        self.start_soon(partial(self._end_for_page, session, connection))
-
-    async def _end_for_page(self, session: Session, connection: WorkerConnection) -> None:
-        try:
-            await end_for_lost_page(self.continuity, session)
-        finally:
-            self._ending.discard(connection)
+        # Told twice, it is ended once: the first task detaches the worker before it awaits.
+        self.start_soon(partial(end_for_lost_page, self.continuity, session))
 
     async def _share(self, session: Session, control: ControlSession) -> None:
         """The router's session joins the browser (a listing of the tabs changes nothing, unless
