@@ -212,7 +212,7 @@ class Continuity:
                     )
         except ControlError as exc:
             await self._let_go(session, worker, connection, held)
-            session.crashed_at = time.monotonic()
+            session.crashed()
             raise WorkerUnreachable(
                 f"Could not start the session's browser worker: {exc}",
                 data={"session": session.id, "stderr": worker.stderr_tail()},
@@ -342,7 +342,7 @@ class Continuity:
 
     def crashed(self, session: Session) -> None:
         connection = self.detach(session, State.CRASHED)
-        session.crashed_at = time.monotonic()
+        session.crashed()
         if self.metrics is not None:
             self.metrics.crashed()
         if connection is not None:

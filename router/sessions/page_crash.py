@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -110,7 +109,7 @@ async def end_for_lost_page(continuity: Continuity, session: Session) -> None:
     )  # fmt: skip
     try:
         if await continuity.go_dormant(session, State.CRASHED, force=True):
-            session.crashed_at = time.monotonic()  # the restart budget's backoff counts from here
+            session.crashed(page_only=True)
             if continuity.metrics is not None:
                 continuity.metrics.crashed()
     finally:

@@ -132,6 +132,9 @@ class Session:
     resumed_notice: str | None = None  # the next tool answer tells the client why the page reloaded
     unrestored: Unrestored | None = None  # what its worker's resume left out, kept through saves
     crashed_at: float = 0.0  # monotonic; backoff before a restart counts from here
+    # Only its page crashed (page_crash.py): the worker and browser were fine, so the restart
+    # takes no backoff (it is still counted: a page that crashes on every load degrades it).
+    page_crash_only: bool = False
     health_failures: int = 0
     budget: RestartBudget = field(default_factory=RestartBudget)
     # Serialises getting and giving up a worker (resume, reap, hibernate, save) for this session.
@@ -169,6 +172,11 @@ class Session:
         worker session), for the caller to close."""
         adopted, self.adopted_stream = self.adopted_stream, None
         return None if adopted is None else adopted[1]
+
+    def crashed(self, *, page_only: bool = False) -> None:
+        """Its worker ended as a crash just now: the restart budget's backoff counts from here."""
+        self.crashed_at = time.monotonic()
+        self.page_crash_only = page_only
 
     def worker_switched(self) -> None:
         """Wakes whoever follows the session's worker (the client's GET stream)."""

@@ -217,7 +217,8 @@ class Upkeep:
                 data={"session": session.id},
                 retry_after=max(1, math.ceil(session.budget.retry_after())),
             )
-        await anyio.sleep(max(0.0, session.crashed_at + delay - time.monotonic()))
+        if not session.page_crash_only:  # the browser is fine: nothing to wait out
+            await anyio.sleep(max(0.0, session.crashed_at + delay - time.monotonic()))
         session.budget.record_restart()
         if self.metrics is not None:
             self.metrics.restarted()

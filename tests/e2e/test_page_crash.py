@@ -4,7 +4,9 @@ puts a blank tab in its place and tells only the MCP session that met it: the ro
 often as the client's. The router ends the worker as a crash, its state saved with the page put
 back, and the call that met the crash, and every one after it, is answered from the page brought
 back, with the same cookie and the old ref. Before, the client met Playwright's error or
-about:blank with nothing said, and a save taken then kept the blank tab for the next resume.
+about:blank with nothing said, and a save taken then kept the blank tab for the next resume. The
+browser being fine, the worker is restarted without the restart budget's backoff (counted all
+the same: a page that crashes on every load degrades its session as a crashing worker would).
 (The signs, and the save's part, with stand-ins: tests/continuity/test_page_crash.py.)
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Iterator
+from typing import Final
 
 import pytest
 
@@ -31,11 +34,17 @@ from tests.e2e.claude_code import ClaudeCodeClient
 from tests.support import RouterThread, dead, playwright_router, renderers_of, wait_for
 from workers.browser import find_browser
 
+CRASH_BACKOFF: Final = 10 * CALL_LIMIT  # a worker's or browser's crash would wait this long
+
 
 @pytest.fixture(scope="module")
 def router(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator[RouterThread]:
-    """A router that does not reap during a test."""
-    with playwright_router(tmp_path_factory.mktemp("page-crash"), chromium, idle_timeout=600, resume_reserve=1) as r:
+    """A router that does not reap during a test, and whose restart backoff outlasts a call: the
+    browser is fine after a page crash, so its worker is restarted without one."""
+    with playwright_router(
+        tmp_path_factory.mktemp("page-crash"), chromium, idle_timeout=600, resume_reserve=1,
+        restart_backoff=[CRASH_BACKOFF],
+    ) as r:  # fmt: skip
         yield r
 
 
@@ -68,6 +77,8 @@ def test_the_call_that_meets_a_crashed_page_is_answered_from_the_page_brought_ba
         assert f"- Page URL: {before.url}" in met and TARGET_CRASHED not in met, met
         assert "restored after" in met and "crashed" in met, met  # and told why
         assert worker_pid(base_of(router), cc.session_id) not in (None, node)
+        session = router.manager.sessions.get(cc.session_id)
+        assert session is not None and session.budget.recent == 1
         carries_on(cc, before, router)
         assert not saved(router.settings.state_dir, cc.session_id, '"about:blank"')
 
