@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import re
 import statistics
 import sys
@@ -25,6 +26,7 @@ TOOLS = ("browser_snapshot", "browser_tabs", "browser_click")
 QUIET_BUSY_SHARE = 0.2
 QUIET_WINDOW_S = 0.5
 QUIET_WITHIN_S = 30.0
+ORDER_SEED = 20261128  # the latency rounds' orders: the same from run to run
 IDLE_WINDOW_S = 4.0  # a router's idle CPU rate, measured with the same sessions open
 # After a click the button is focused: `button "Press me" [active] [ref=e5]`.
 BUTTON = re.compile(r'button "Press me"(?: \[[a-z]+\])* \[ref=(\w+)\]')
@@ -91,7 +93,9 @@ async def latency(
     tools: tuple[str, ...] = TOOLS,
     click_every: int = 4,
 ) -> LatencyResult:
-    """Same client style for all (one keep-alive connection each); rounds interleaved and rotated."""
+    """Same client style for all (one keep-alive connection each); rounds interleaved, each tool's
+    in an order of its own (seeded): with the order only rotated, a path always came right after
+    the same other one, and so always met what that one's call left running."""
     sessions, refs = [], {}
     for t in targets:
         s = McpSession(t.endpoint, new_http(1))
@@ -112,10 +116,11 @@ async def latency(
             name: (cpu_seconds_fine(r.child.pid) - cpu0[name]) / IDLE_WINDOW_S for name, r in routers.items()
         }
         cpu0 = {name: cpu_seconds(r.child.pid) for name, r in routers.items()}
+        shuffled = random.Random(ORDER_SEED)
         t0 = time.perf_counter()
         for i in range(iterations):
-            order = sessions[i % len(sessions) :] + sessions[: i % len(sessions)]
             for tool in tools:
+                order = shuffled.sample(sessions, len(sessions))
                 if tool == "browser_click" and i % click_every:
                     continue  # ~0.55 s each (the worker waits for the page to settle): timed every Nth round
                 for s in order:
