@@ -47,6 +47,7 @@ NODE_RELAY: Final = "node"  # node_relay.js: the bare relay outside Python
 NODE_RELAY_JS: Final = Path(__file__).with_name("node_relay.js")
 RAW_RELAY: Final = "raw"  # raw_relay.py: Python without ASGI, asyncio protocols and httptools
 RAW_RECORDING_RELAY: Final = "raw_recording"  # … parsing both bodies, one commit per call
+RAW_AHEAD_RELAY: Final = "raw_ahead"  # … parsing both bodies, written ahead, committed in batches
 RAW_RELAY_PY: Final = Path(__file__).with_name("raw_relay.py")
 BIND_TRIES: Final = 3  # a relay before many workers, its ports picked again if one was taken
 ADDRESS_IN_USE: Final = "address already in use"  # Python's and nginx's words for EADDRINUSE
@@ -139,8 +140,9 @@ def _serve_node(env: Env, name: str, app: str, port: int, upstream: int | None) 
 
 def _serve_raw(env: Env, name: str, app: str, pairs: list[tuple[int, int | None]]) -> Spawned:
     argv = [sys.executable, str(RAW_RELAY_PY)] + [f"{port}:{up}" if up else str(port) for port, up in pairs]
-    if app == RAW_RECORDING_RELAY:
-        argv += ["--record", str(env.fresh_dir(f"floor-{name}") / "floor.db")]
+    if app in (RAW_RECORDING_RELAY, RAW_AHEAD_RELAY):
+        flag = "--record" if app == RAW_RECORDING_RELAY else "--record-ahead"
+        argv += [flag, str(env.fresh_dir(f"floor-{name}") / "floor.db")]
     child = env.registry.spawn(name, argv, log=env.logs / f"floor-{name}.log")
     for port, _ in pairs:
         wait_port(port, 20, child)
@@ -173,6 +175,7 @@ def _serve_nginx(env: Env, name: str, app: str, pairs: list[tuple[int, int | Non
 ONE_PROCESS_FOR_MANY: Final[dict[str, Callable[[Env, str, str, list[tuple[int, int | None]]], Spawned]]] = {
     RAW_RELAY: _serve_raw,
     RAW_RECORDING_RELAY: _serve_raw,
+    RAW_AHEAD_RELAY: _serve_raw,
     NGINX_RELAY: _serve_nginx,
 }
 

@@ -1,7 +1,8 @@
 """The floor under the router's CPU per call at N sessions: the throughput phase's own loop (each
 session a `browser_navigate` + `browser_snapshot` in turn) through one process relaying to N
-direct workers, one listening port for each: Python without ASGI, alone and with one commit per
-call (raw_relay.py), and nginx relaying, nothing else. The latency rounds measure the hop with one
+direct workers, one listening port for each: Python without ASGI, alone, with one commit per
+call, and with the router's way of recording (written ahead, committed in batches; raw_relay.py),
+and nginx relaying, nothing else. The latency rounds measure the hop with one
 session and small answers; here it carries the same sessions, pages and snapshots as the router,
 on the same cores shared with N Chromiums, so the router's figure is read against what the hop
 alone costs one process at that load."""
@@ -19,6 +20,7 @@ from bench_lib.targets import Env, Target, start_worker, stop_workers
 RELAYS: Final = (
     (floor.RAW_RELAY, "Python relay without ASGI, nothing else (raw_relay.py)"),
     (floor.RAW_RECORDING_RELAY, "Python relay without ASGI + one commit per call (raw_relay.py)"),
+    (floor.RAW_AHEAD_RELAY, "Python relay without ASGI + written ahead, committed in batches (raw_relay.py)"),
     (floor.NGINX_RELAY, "nginx relaying, nothing else"),
 )
 

@@ -100,7 +100,8 @@ async def run(a: argparse.Namespace, env: Env, page: str, floor: str) -> tuple[l
             if tp.cpu_ms_per_call is not None:
                 at_load = [f"{f.label.split(' (')[0]} {f.result.cpu_ms_per_call:.2f} ms" for f in floors
                            if f.result.cpu_ms_per_call is not None]  # fmt: skip
-                note = floor + (f"; at {tp.sessions} sessions, the same loop: " + ", ".join(at_load) if at_load else "")
+                here = f"at {tp.sessions} sessions, the same loop: " + ", ".join(at_load) if at_load else ""
+                note = "; ".join(part for part in (floor, here) if part)
                 goals.append(
                     report.Goal(
                         f"router CPU per call at {tp.sessions} concurrent sessions",

@@ -4,9 +4,12 @@ both sides, what a socket costs in Python. Each client connection gets one kept-
 the answer comes back with the status and the MCP headers, its body relayed chunk by chunk as it
 arrives (re-chunked: an SSE stream stays a stream). With ``--record DB`` it also parses both
 bodies and commits one row per call to a SQLite WAL file before the answer's last chunk, the
-least a recording proxy must do. Nothing else: no sessions, no security, no record's schema.
+least a recording proxy must do. With ``--record-ahead DB`` it keeps the same promise the router's
+way: the row goes into an append-only file (one ``write()``) before the answer's last chunk, and
+into SQLite in batches, one transaction per AHEAD_BATCH_DELAY. Nothing else: no sessions, no
+security, no record's schema.
 
-Usage: python raw_relay.py PORT[:UPSTREAM]... [--record DB]: each PORT relays to its UPSTREAM, else to
+Usage: python raw_relay.py PORT[:UPSTREAM]... [--record[-ahead] DB]: each PORT relays to its UPSTREAM, else to
 FLOOR_UPSTREAM_PORT from the environment; several pairs are one process with one record, as one
 router serves many sessions (the floor under the router's CPU at N sessions, load_floor.py)."""
 
@@ -14,9 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import marshal
 import os
 import sqlite3
+import struct
 import sys
+import zlib
 from typing import Final, cast
 
 import httptools
@@ -27,23 +33,40 @@ UPSTREAM_PORT_ENV: Final = "FLOOR_UPSTREAM_PORT"
 FORWARDED: Final = frozenset({b"content-type", b"accept", b"mcp-session-id", b"mcp-protocol-version"})
 RETURNED: Final = frozenset({b"content-type", b"cache-control", b"mcp-session-id"})
 LAST_CHUNK: Final = b"0\r\n\r\n"
+AHEAD_BATCH_DELAY: Final = 0.05  # the written-ahead rows go into SQLite this long after the first
+FRAME: Final = struct.Struct("<II")  # length, CRC-32
+INSERT: Final = "INSERT INTO calls (method, request, answer) VALUES (?, ?, ?)"
 
 
 class Recorder:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, ahead: bool = False) -> None:
         self.db = sqlite3.connect(path, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute("CREATE TABLE calls (id INTEGER PRIMARY KEY, method TEXT, request TEXT, answer TEXT)")
+        self.ahead = os.open(path + "-ahead", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600) if ahead else None
+        self.pending: list[tuple[str, str, str]] = []
 
     def call(self, request: bytes, answer: bytes) -> None:
         method = json.loads(request).get("method")
         data = answer.split(b"data: ", 1)[-1].split(b"\n\n", 1)[0]  # the first event's data
         json.loads(data)
+        row = (method, request.decode(), data.decode())
+        if self.ahead is None:
+            self.db.execute("BEGIN")
+            self.db.execute(INSERT, row)
+            self.db.execute("COMMIT")
+            return
+        payload = marshal.dumps(row)  # framed as the router's write-ahead file frames its rows
+        os.write(self.ahead, FRAME.pack(len(payload), zlib.crc32(payload)) + payload)
+        if not self.pending:
+            asyncio.get_running_loop().call_later(AHEAD_BATCH_DELAY, self._commit)
+        self.pending.append(row)
+
+    def _commit(self) -> None:
+        rows, self.pending = self.pending, []
         self.db.execute("BEGIN")
-        self.db.execute(
-            "INSERT INTO calls (method, request, answer) VALUES (?, ?, ?)", (method, request.decode(), data.decode())
-        )
+        self.db.executemany(INSERT, rows)
         self.db.execute("COMMIT")
 
 
@@ -183,8 +206,8 @@ class Client(asyncio.Protocol):
             upstream.transport.write(request)
 
 
-async def main(pairs: list[tuple[int, int]], record: str | None) -> None:
-    recorder = Recorder(record) if record else None  # one database, as one router has one record
+async def main(pairs: list[tuple[int, int]], record: str | None, *, ahead: bool) -> None:
+    recorder = Recorder(record, ahead=ahead) if record else None  # one database, as one router has one record
     loop = asyncio.get_running_loop()
     servers = []
     for port, upstream in pairs:
@@ -204,8 +227,10 @@ def listen_pairs(args: list[str]) -> list[tuple[int, int]]:
 if __name__ == "__main__":
     args = sys.argv[1:]
     db = None
-    if "--record" in args:
-        at = args.index("--record")
-        db = args[at + 1]
-        del args[at : at + 2]
-    uvloop.run(main(listen_pairs(args), db))
+    ahead = "--record-ahead" in args
+    for flag in ("--record", "--record-ahead"):
+        if flag in args:
+            at = args.index(flag)
+            db = args[at + 1]
+            del args[at : at + 2]
+    uvloop.run(main(listen_pairs(args), db, ahead=ahead))
