@@ -266,18 +266,23 @@ class RowWriter:
 def approx_size(value: Any) -> int:
     """Bytes a value holds, roughly, without encoding it on the proxy's path when it is small
     or flat (the usual case); a deep value past SIZE_WALK_MAX_NODES is encoded once instead."""
+    kind = type(value)
+    if kind is bytes or kind is str:  # the worker's bytes of an answer: no walk
+        return len(value)
+    if value is None:
+        return 8
     stack, total, nodes = [value], 0, 0
     while stack:
         item = stack.pop()
         nodes += 1
         if nodes > SIZE_WALK_MAX_NODES:
             return len(to_json(value) or "")
-        if isinstance(item, str | bytes | bytearray):
+        if isinstance(item, (str, bytes, bytearray)):  # a tuple: a union is built at each test
             total += len(item)
         elif isinstance(item, Mapping):
             stack.extend(item.keys())
             stack.extend(item.values())
-        elif isinstance(item, list | tuple):
+        elif isinstance(item, (list, tuple)):
             stack.extend(item)
         else:
             total += 8
