@@ -187,15 +187,18 @@ async def test_missing_executable_is_a_spawn_error(state_dir: Path) -> None:
 
 
 async def test_bind_race_retries_on_next_port(state_dir: Path) -> None:
-    # The allocator is told every port is free, so only the worker's own bind notices the squatter.
+    # The allocator is told the squatted port is free, so only the worker's own bind notices the
+    # squatter; any other port it checks (the retry's: one taken by a worker of a test running
+    # beside this one would fail the retry too).
     sid = next(s for s in (_sid() for _ in range(1000)) if port_is_bindable(derive_port(s)))
-    sup = _supervisor(state_dir, ports=PortAllocator(is_free=lambda _p: True))
+    squatted = derive_port(sid)
+    sup = _supervisor(state_dir, ports=PortAllocator(is_free=lambda p: p == squatted or port_is_bindable(p)))
     with socket.socket() as squatter:
-        squatter.bind(("127.0.0.1", derive_port(sid)))
+        squatter.bind(("127.0.0.1", squatted))
         squatter.listen()
         async with sup.run():
             worker = await sup.spawn(sid)
-            assert worker.port != derive_port(sid)
+            assert worker.port != squatted
             assert list(sup._ports.held()) == [worker.port]
 
 
