@@ -234,6 +234,7 @@ def create_app(settings: Settings) -> Starlette:
             "accepting": manager.accepting_sessions(),
             "sessions": len(manager.sessions.live()),
             "workers": supervisor.live_count,
+            "slots": len(manager.admission),  # held or being filled: equal to workers once settled
             "warm_workers": len(manager.pool),
             "capacity": {"sessions": manager.max_sessions, "workers": manager.max_live_workers},
         }

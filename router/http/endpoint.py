@@ -24,6 +24,7 @@ from router.http.errors import (
     NotAcceptable,
     PayloadTooLarge,
     RouterError,
+    SessionNotFound,
     UnsupportedMediaType,
     UnsupportedVersion,
     WorkerUnreachable,
@@ -50,7 +51,7 @@ from router.http.timing import request_timing
 from router.http.upstream import UpstreamError, UpstreamResponse
 from router.http.worker_faults import crashed_page_under, unreachable, worker_died
 from router.sessions.manager import SessionManager
-from router.sessions.table import Session, State
+from router.sessions.table import ENDED, Session, State
 from router.types import (
     H_CONTENT_LENGTH,
     H_PROTOCOL_VERSION,
@@ -390,6 +391,8 @@ class McpEndpoint:
 
 def _connection(session: Session) -> WorkerConnection:
     if session.connection is None:
+        if session.state in ENDED:  # DELETEd (or ended by the operator) while this request waited
+            raise SessionNotFound("Session not found: initialize a new session")
         raise WorkerUnreachable("Worker not available for this session")
     return session.connection
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from router.sessions.table import DORMANT
-from tests.support import TINY_WORKER_COMMAND, RawClient, RouterThread, router_settings, wait_for, wait_recorded
+from tests.support import STANDIN_WORKER_COMMAND, RawClient, RouterThread, router_settings, wait_for, wait_recorded
 from workers.orphans import processes_for
 
 # The suite runs 200; `scripts/continuity soak` sets this to 1,000 (~2 min on 2 cores).
@@ -38,7 +38,7 @@ def _abandon(url: str) -> str:
 @pytest.mark.timeout(600)
 def test_abandoned_sessions_leave_no_orphans_and_a_consistent_record(state_dir: Path) -> None:
     settings = router_settings(
-        state_dir, worker_command=TINY_WORKER_COMMAND, idle_timeout=0.3, max_live_workers=16,
+        state_dir, worker_command=STANDIN_WORKER_COMMAND, idle_timeout=0.3, max_live_workers=16,
         max_sessions=SESSIONS + 10, record=True,
     )  # fmt: skip
     with RouterThread(settings) as router:

@@ -25,8 +25,9 @@ from workers.ports import spare_port
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_WORKER = ROOT / "tests" / "fakes" / "fake_worker.py"
 FAKE_WORKER_COMMAND = [sys.executable, str(FAKE_WORKER), "{port}"]
-# Stdlib only, starts in ~20 ms: for runs with many spawns (echo and tools/list only).
-TINY_WORKER_COMMAND = [sys.executable, "-S", str(ROOT / "tests" / "fakes" / "tiny_worker.py"), "{port}"]
+# Stdlib only, starts in tens of milliseconds, shaped like Playwright's worker (tests/fakes/standin_worker.py):
+# for runs with many spawns (the soak, the lifecycle model).
+STANDIN_WORKER_COMMAND = [sys.executable, "-S", str(ROOT / "tests" / "fakes" / "standin_worker.py"), "{port}"]
 SHUTDOWN_TIMEOUT = 30.0
 # Real workers (node + Chromium) take longer to go than the stand-in.
 REAL_WORKERS_GONE_TIMEOUT = 20.0
