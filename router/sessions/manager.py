@@ -60,6 +60,9 @@ RATE_RETRY_AFTER: Final = 1
 RESERVE_WINDOW: Final = 3600.0  # a conversation quiet for longer is not coming back soon
 SHUTDOWN_SAVE_BUDGET: Final = 5.0  # all sessions' state saves at SIGTERM, together
 DEFAULT_RETENTION: Final = 24 * 3600.0
+# An initialize arriving during the start-up handshake probe waits this long for it (one worker's
+# start and handshake, ~0.5 s for Playwright's).
+PROBE_WAIT: Final = 10.0
 
 
 class SessionManager:
@@ -95,7 +98,7 @@ class SessionManager:
         self.probe_handshake = probe_handshake
         self.node_id = node_id  # minted ids start "<node>."; other nodes' ids are 421
         self.sessions = SessionTable(node_id)
-        self.handshake_probed = False  # the start-up probe is over (filled, failed or not needed)
+        self._probed = anyio.Event()  # the start-up probe is over (filled, failed or not needed)
         self._probe_id: str | None = None
         self.stopping = anyio.Event()  # set when the router begins shutting down
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -180,13 +183,14 @@ class SessionManager:
     async def run(self) -> AsyncIterator[SessionManager]:
         self._loop = asyncio.get_running_loop()
         self.stopping = anyio.Event()
+        self._probed = anyio.Event()
         async with self.upkeep.run():
             if self.pool.size or self.resume_reserve:
                 self._start_soon(self.pool.refill)
             if self.probe_handshake and not self.handshakes.versions() >= HANDSHAKE_VERSIONS:
                 self._start_soon(self._probe_handshakes)
             else:
-                self.handshake_probed = True  # filled on disk already, or no probe wanted
+                self._probed.set()  # filled on disk already, or no probe wanted
             try:
                 yield self
             finally:
@@ -218,7 +222,11 @@ class SessionManager:
                 worker_id=self._probe_id,
             )  # fmt: skip
         finally:
-            self.handshake_probed = True
+            self._probed.set()
+
+    @property
+    def handshake_probed(self) -> bool:
+        return self._probed.is_set()
 
     # -- open / lookup / end ---------------------------------------------------------------------
 
@@ -235,6 +243,11 @@ class SessionManager:
             )
         params = initialize.params
         version = params.get("protocolVersion")
+        if not self._probed.is_set():
+            # The probe fills the cache in a moment, and holds a worker slot meanwhile: the only
+            # one at --max-live-workers 1, where a spawn for this session would be refused.
+            with anyio.move_on_after(PROBE_WAIT):
+                await self._probed.wait()
         cached = self.handshakes.get(version) if isinstance(version, str) else None
         # A warm worker is taken by the first request that needs a worker, not by the handshake.
         warm = self.pool.take() if cached is None else None

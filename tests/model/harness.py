@@ -10,7 +10,6 @@ import contextlib
 import itertools
 import json
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -41,7 +40,6 @@ STREAM_STALL: Final = 5.0  # ten keep-alive intervals
 WORKER_ENV: Final = {"STANDIN_PING_INTERVAL": "1", "STANDIN_PING_TIMEOUT": "4", "STANDIN_ROOTS_ANSWER_WAIT": "8"}
 CC_VERSION: Final = "2025-11-25"
 PLAIN_VERSION: Final = "2025-06-18"
-HANDSHAKE_GLOB: Final = "**/handshake-*.json"
 BLANK_URL: Final = "about:blank"
 
 
@@ -80,14 +78,11 @@ class RouterProcess:
     """`mcp-router serve` with the stand-in worker on a fixed port and state dir, started again
     after a SIGKILL or a SIGTERM on the same ones."""
 
-    def __init__(
-        self, state: Path, port: int, args: list[str], handshakes: Path | None, env: dict[str, str] | None = None
-    ) -> None:
+    def __init__(self, state: Path, port: int, args: list[str], env: dict[str, str] | None = None) -> None:
         self.state = state
         self.env = env or {}
         self.port = port
         self.args = args
-        self.handshakes = handshakes  # a filled handshake cache to start from (no probe to wait for)
         self.base = f"http://127.0.0.1:{port}"
         self.url = f"{self.base}/mcp"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -96,19 +91,14 @@ class RouterProcess:
 
     def start(self) -> None:
         seed_token(self.state)
-        if self.handshakes is not None and not any(self.state.glob(HANDSHAKE_GLOB)):
-            target = self.state / self.handshakes.relative_to(self.handshakes.parents[1])
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(self.handshakes, target)
         env = {**os.environ, **WORKER_ENV, **self.env, "MCP_ROUTER_WORKER_COMMAND": json.dumps(STANDIN_WORKER_COMMAND)}
         argv = [sys.executable, "-m", "router.cli", "serve", "--port", str(self.port), "--state-dir", str(self.state)]
         with self.log.open("ab") as sink:
             self.proc = subprocess.Popen([*argv, *self.args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=sink)
         proc = self.proc
         wait_for(lambda: proc.poll() is not None or self._healthy(), timeout=START_TIMEOUT)
+        # Its first start probes the worker's handshake (one worker spawn) while the model goes on.
         assert proc.poll() is None, f"the router exited with {proc.returncode}:\n{self.log_tail()}"
-        # The handshake probe (one worker spawn) is over: sessions start lazily from here on.
-        wait_for(lambda: any(self.state.glob(HANDSHAKE_GLOB)), timeout=START_TIMEOUT)
 
     def _healthy(self) -> bool:
         with contextlib.suppress(httpx.HTTPError):
