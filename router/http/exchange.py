@@ -303,12 +303,6 @@ class Exchange:
         self._record(response)
         await self.write_ahead()
 
-    def durable_now(self) -> bool:
-        """Whether the answer taken may leave at once: its row is durable without waiting, or need
-        not be (not a tool call, no record); else ``write_ahead`` is awaited first."""
-        recorder = self.hooks.recorder
-        return recorder is None or not self.is_tool_call or recorder.ahead_now()
-
     async def write_ahead(self) -> None:
         """A tool call's row whose answer reaches the client must survive a SIGKILL of the router:
         in the write-ahead file now, committed by finish(). If it could not be written the client

@@ -125,9 +125,7 @@ def test_an_answer_taken_unparsed_is_the_answer_and_the_row_a_parsed_one_gives(
 ) -> None:
     result = SHAPES[shape]
     taken = spy_on_unread(monkeypatch)
-    before = router.app.state.direct_lane.steady.served
     unparsed = served(router, scripted, request_id, result)
-    assert router.app.state.direct_lane.steady.served == before + 1  # not handed to the chain
     assert len(taken) == 1 and (taken[0] is not None) == (shape in UNPARSED)
     monkeypatch.setattr(Exchange, "_take_unread", lambda self, payload: None)
     parsed = served(router, scripted, request_id, result)
@@ -165,6 +163,6 @@ def test_an_answer_whose_id_is_not_the_calls_is_not_taken_unparsed(
     client, worker = scripted
     worker.answers.append(http_answer(200, body, {"content-type": "text/event-stream"}))
     assert client.post(call_body(41)).status_code == 200
-    assert taken and not any(taken)  # the lane's try, and the chain's as it relays
+    assert taken and not any(taken)
     again = served(router, scripted, 43, SHAPES["plain"])
     assert again[1][0] == "success" and taken[-1] is not None
