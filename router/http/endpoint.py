@@ -145,10 +145,7 @@ class McpEndpoint:
         async with self.manager.requests.serving(session, exchange.message) as started_worker:
             if exchange.timing is not None and started_worker:
                 exchange.timing.started_worker = True
-            try:
-                await self._forward_request(session, scope, receive, send, exchange)
-            finally:  # before the session's upkeep: it reads the page URL the answer gave
-                exchange.after_answer()
+            await self._forward_request(session, scope, receive, send, exchange)
 
     async def _initialize(self, scope: Scope, message: ClientMessage, send: Send) -> None:
         if message.method != "initialize":
@@ -272,7 +269,7 @@ class McpEndpoint:
         if upstream.status_code != SESSION_LOST:
             crashed = None
             if message.tool_name is not None:
-                crashed = await crashed_page_under(session, upstream, WHOLE_ANSWER_WAIT)
+                crashed = await crashed_page_under(session, upstream, exchange, WHOLE_ANSWER_WAIT)
             if crashed is not None:
                 return await send_to(await self.manager.requests.replace_lost_page(session, crashed))
             return upstream

@@ -31,18 +31,14 @@ from tests.support.auth import TEST_TOKEN
 from tests.support.scripted_worker import ScriptedWorker, http_answer
 from tests.support.sse import iter_sse
 from tests.support.wait import wait_for
-from workers.orphans import processes_for
 
 GONE_TIMEOUT: Final = 20.0
 SOCKET_TIMEOUT: Final = 20.0
 
 
 @pytest.fixture(scope="module")
-def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterThread]:
-    state = tmp_path_factory.mktemp("calls")
-    with RouterThread(router_settings(state, record=True)) as served:
-        yield served
-    wait_for(lambda: not processes_for(state), timeout=GONE_TIMEOUT)
+def router(rec_router: RouterThread) -> RouterThread:
+    return rec_router
 
 
 @pytest.fixture
