@@ -87,12 +87,6 @@ class Settings(BaseSettings):
     restart_window: float = 300.0
     restart_backoff: list[float] = Field(default_factory=lambda: [1.0, 2.0, 4.0])
     max_body_bytes: int = 4 * 1024 * 1024
-    # POSTs to /mcp served by the server protocol itself rather than uvicorn's request cycle
-    # (router/http/direct.py); off, every request goes through uvicorn (a comparison, a fallback).
-    direct_lane: bool = True
-    # Steady tool calls served in the server's callbacks (router/http/steady.py; needs the direct
-    # lane); off, they go through the /mcp chain like every other request (a comparison, a fallback).
-    steady_lane: bool = True
     browser: str | None = None
     headless: bool = True
     viewport: str | None = None

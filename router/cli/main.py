@@ -74,8 +74,6 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster-node", dest="cluster_nodes", action="append", metavar="URL",
                    help="a cluster node's base URL (repeat, this one's too): the dashboard lists all their sessions")
     p.add_argument("--no-record", dest="record", action="store_const", const=False, default=None)
-    p.add_argument("--no-direct-lane", dest="direct_lane", action="store_const", const=False, default=None)
-    p.add_argument("--no-steady-lane", dest="steady_lane", action="store_const", const=False, default=None)
     p.add_argument("--log-level")
     p.add_argument("--log-format", choices=["text", "json"])
 
@@ -125,8 +123,7 @@ def server_config(app: Any, host: str, port: int, *, access_log: bool = False) -
     ``access_log`` only for a test that reads it."""
     import uvicorn
 
-    from router.http.limits import KEEP_ALIVE_TIMEOUT_S, concurrency_limit, raise_open_files_limit
-    from router.http.server import router_protocol
+    from router.http.limits import KEEP_ALIVE_TIMEOUT_S, concurrency_limit, limited_protocol, raise_open_files_limit
 
     return uvicorn.Config(
         app,
@@ -138,7 +135,7 @@ def server_config(app: Any, host: str, port: int, *, access_log: bool = False) -
         timeout_graceful_shutdown=5,
         lifespan="on",
         # Bounded request heads (size, fields, time to send) and connections at once.
-        http=router_protocol(getattr(getattr(app, "state", None), "direct_lane", None)),
+        http=limited_protocol(),
         limit_concurrency=concurrency_limit(raise_open_files_limit()),
         timeout_keep_alive=KEEP_ALIVE_TIMEOUT_S,
         # Nothing reads the client's address or scheme (no access log, relative redirects), so
@@ -148,15 +145,16 @@ def server_config(app: Any, host: str, port: int, *, access_log: bool = False) -
 
 
 def _serve_locked(settings: Settings) -> int:
+    import uvicorn
+
     from router.http.app import create_app
-    from router.http.ticking import RouterServer
 
     app = create_app(settings)
     config = server_config(app, settings.host, settings.port)
     manager = app.state.manager
     health = app.state.health
 
-    class Server(RouterServer):
+    class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             # Held SSE streams never end by themselves; without this, SIGTERM waits them out.
             manager.request_stop()

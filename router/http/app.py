@@ -26,14 +26,11 @@ from router.http.auth import (
     load_or_create_token,
     private_state_dir,
 )
-from router.http.direct import DirectLane
-from router.http.dispatch import RouterApp
 from router.http.endpoint import McpEndpoint
 from router.http.errors import ServiceUnavailable
 from router.http.exchange import ExchangeHooks
 from router.http.limits import MAX_HEAD_BYTES
 from router.http.security import OriginPolicy, SecurityMiddleware
-from router.http.steady import SteadyLane
 from router.http.tool_policy import ToolPolicy
 from router.layout import StateLayout
 from router.operator.api import Api
@@ -253,14 +250,9 @@ def create_app(settings: Settings) -> Starlette:
         return JSONResponse(body, status_code=503 if failures else 200)
 
     security = {"policy": OriginPolicy(settings.allowed_hosts, settings.allowed_origins)}
-    timed_endpoint = TimedEndpoint(endpoint, metrics)
-    # The same chain as the generic stack's, minus Starlette's two exception middlewares and route
-    # matching (router/http/dispatch.py); the Route stays for url_for and the route listing.
-    mcp_chain = SecurityMiddleware(AuthMiddleware(timed_endpoint, auth=auth), **security)
-    app = RouterApp(
-        fast_path=(MCP_ENDPOINT, mcp_chain),
+    app = Starlette(
         routes=[
-            Route(MCP_ENDPOINT, timed_endpoint, methods=None),
+            Route(MCP_ENDPOINT, TimedEndpoint(endpoint, metrics), methods=None),
             Route(HEALTHZ_PATH, healthz, methods=["GET"]),
             Route(METRICS_PATH, metrics.endpoint, methods=["GET"]),
             *Api(manager, lambda: recorder.records if recorder is not None else None, layout).routes(),
@@ -274,11 +266,6 @@ def create_app(settings: Settings) -> Starlette:
         ],
         lifespan=lifespan,
     )
-    # What the server serves without uvicorn's request cycle (router/cli/main.py's server_config).
-    lane = DirectLane(MCP_ENDPOINT.encode(), app.serve_fast_path, settings.max_body_bytes)
-    if settings.steady_lane:
-        lane.steady = SteadyLane(endpoint, policy=security["policy"], auth=auth, metrics=metrics)
-    app.state.direct_lane = lane if settings.direct_lane else None
     app.state.manager = manager
     app.state.health = health
     app.state.metrics = metrics

@@ -8,8 +8,7 @@ as soon as that worker is attached, across reaps, crashes, hibernation and route
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+import logging
 from typing import Final
 from urllib.parse import parse_qs
 
@@ -41,7 +40,6 @@ from router.http.streaming import (
     Writer,
     answer_missing,
     forward_events,
-    leaving,
     run_stream,
     send_json,
     send_start,
@@ -61,6 +59,8 @@ from router.types import (
     SSE,
 )
 
+log = logging.getLogger("mcp_router.server")
+
 ALLOWED_METHODS: Final = "GET, POST, DELETE"
 RESPONSE_MODES: Final = frozenset({"full", "compact"})
 WORKER_ERROR_EXCERPT: Final = 500
@@ -69,20 +69,6 @@ WORKER_ERROR_EXCERPT: Final = 500
 # a slower one is relayed as a stream after this long. Nothing can be lost by waiting: the body
 # is relayed the moment its first byte arrives, whole or not.
 WHOLE_ANSWER_WAIT: Final = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class FirstSend:
-    """A tool call the steady lane sent to its worker and hands over, with what ``_post`` would
-    have known of it."""
-
-    exchange: Exchange
-    connection: WorkerConnection  # the worker it went to (the session may have another by now)
-    response: UpstreamResponse
-    worker_session_id: str | None  # the worker session it went to: a 404 is about that one
-    url_before: str | None  # the session's page URL before the call (SessionRequests.served)
-    settle: float  # how much longer its answer may be awaited whole
-    leave: Callable[[], None]  # ends the request's time in flight (Session.client_request)
 
 
 class McpEndpoint:
@@ -118,7 +104,6 @@ class McpEndpoint:
     # -- POST ---------------------------------------------------------------------------------
 
     async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
-        send = leaving(send)
         headers = Headers(scope=scope)
         if media_type(headers) != JSON:
             raise UnsupportedMediaType(f"Unsupported Media Type: Content-Type must be {JSON}")
@@ -143,6 +128,11 @@ class McpEndpoint:
         except RouterError as exc:
             exc.request_id = message.id
             raise
+        except Exception as exc:
+            # A bug: logged, and the client still gets an answer it can read (a JSON-RPC error
+            # with its request's id), not Starlette's plain-text 500.
+            log.exception("internal error serving %s session=%s", message.method, headers.get(H_SESSION_ID))
+            raise RouterError("Internal error", request_id=message.id) from exc
 
     async def _answer(self, session: Session, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
         if not exchange.needs_worker():
@@ -156,10 +146,7 @@ class McpEndpoint:
         async with self.manager.requests.serving(session, exchange.message) as started_worker:
             if exchange.timing is not None and started_worker:
                 exchange.timing.started_worker = True
-            try:
-                await self._forward_request(session, scope, receive, send, exchange)
-            finally:  # before the session's upkeep: it reads the page URL the answer gave
-                exchange.after_answer()
+            await self._forward_request(session, scope, receive, send, exchange)
 
     async def _initialize(self, scope: Scope, message: ClientMessage, send: Send) -> None:
         if message.method != "initialize":
@@ -211,16 +198,15 @@ class McpEndpoint:
                 return bytes(body)
 
     async def _forward_request(
-        self, session: Session, scope: Scope, receive: Receive, send: Send, exchange: Exchange,
-        first: FirstSend | None = None,
+        self, session: Session, scope: Scope, receive: Receive, send: Send, exchange: Exchange
     ) -> None:
-        connection = _connection(session) if first is None else first.connection
-        local = None if first is not None else await exchange.local_answer()  # e.g. create_new_session
+        connection = _connection(session)
+        local = await exchange.local_answer()  # e.g. create_new_session
         if local is not None:
             await send_json(send, local, session, status=200)
             return
         try:
-            upstream = await self._send_request(session, connection, scope, exchange, first)
+            upstream = await self._send_request(session, connection, scope, exchange)
         except RequestCancelled:
             await send_json(send, await exchange.cancelled(), session, status=200)
             return
@@ -238,8 +224,7 @@ class McpEndpoint:
                     data={"session": session.id, "worker_status": status, "body": detail},
                 )
             if status == 200 and upstream.content_type.startswith(SSE):
-                wait = WHOLE_ANSWER_WAIT if first is None else first.settle
-                await self._stream_answer(session, receive, send, upstream, exchange, wait)
+                await self._stream_answer(session, receive, send, upstream, exchange)
             else:
                 body = await upstream.aread()
                 answer = await exchange.answer_json(body) if status == 200 else body
@@ -254,8 +239,7 @@ class McpEndpoint:
             await upstream.aclose()
 
     async def _send_request(
-        self, session: Session, connection: WorkerConnection, scope: Scope, exchange: Exchange,
-        first: FirstSend | None = None,
+        self, session: Session, connection: WorkerConnection, scope: Scope, exchange: Exchange
     ) -> UpstreamResponse:
         message = exchange.message
 
@@ -271,12 +255,9 @@ class McpEndpoint:
             headers = upstream_headers(scope["headers"], host=worker.host_header, worker_session_id=sent_to)
             return await worker.send("POST", headers, message.raw, sent=exchange.record_request)
 
-        async def send_or_resume(worker: WorkerConnection, sent: UpstreamResponse | None = None) -> UpstreamResponse:
+        async def send_or_resume(worker: WorkerConnection) -> UpstreamResponse:
             try:
-                if sent is None:
-                    return await send_to(worker)
-                await sent.head_arrived()
-                return sent
+                return await send_to(worker)
             except UpstreamError as exc:
                 # A worker that died a moment ago answered nothing (it may have started the call),
                 # so the request goes to a resumed worker instead, as the call's one retry (the
@@ -285,14 +266,11 @@ class McpEndpoint:
                     raise
                 return await send_to(await self.manager.requests.replace_dead_worker(session, worker))
 
-        if first is None:
-            upstream = await send_or_resume(connection)
-        else:  # sent by the steady lane already
-            sent_to = first.worker_session_id
-            upstream = await send_or_resume(connection, first.response)
+        upstream = await send_or_resume(connection)
         if upstream.status_code != SESSION_LOST:
-            settle = WHOLE_ANSWER_WAIT if first is None else first.settle
-            crashed = await crashed_page_under(session, upstream, settle) if message.tool_name is not None else None
+            crashed = None
+            if message.tool_name is not None:
+                crashed = await crashed_page_under(session, upstream, exchange, WHOLE_ANSWER_WAIT)
             if crashed is not None:
                 return await send_to(await self.manager.requests.replace_lost_page(session, crashed))
             return upstream
@@ -309,16 +287,18 @@ class McpEndpoint:
         return await send_or_resume(session.connection)  # the reopened session, or a new worker's
 
     async def _stream_answer(
-        self, session: Session, receive: Receive, send: Send, upstream: UpstreamResponse, exchange: Exchange,
-        wait: float,
+        self, session: Session, receive: Receive, send: Send, upstream: UpstreamResponse, exchange: Exchange
     ) -> None:
-        await upstream.settle(wait)
-        await send_start(send, 200, sse_answer_headers(upstream.headers, session.id))
+        await upstream.settle(WHOLE_ANSWER_WAIT)
+        headers = sse_answer_headers(upstream.headers, session.id)
         if upstream.complete:
             # The usual case: the worker wrote its answer and the stream's end at once, so there
-            # is no silence to fill and no client to watch: no task group, one write.
-            await send({"type": "http.response.body", "body": await whole_answer(upstream.read_now(), exchange)})
+            # is no silence to fill and no client to watch: no task group, one body.
+            body = await whole_answer(upstream.read_now(), exchange)
+            await send_start(send, 200, headers)
+            await send({"type": "http.response.body", "body": body})
             return
+        await send_start(send, 200, headers)
         writer = Writer(send)
         relayed = False
 
@@ -338,29 +318,6 @@ class McpEndpoint:
         if relayed and (missing := await answer_missing(exchange)):
             await send({"type": "http.response.body", "body": missing, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
-
-    # -- the steady lane (router/http/steady.py) -----------------------------------------------
-
-    async def continue_steady(self, first: FirstSend, scope: Scope, receive: Receive, send: Send) -> None:
-        """A request the steady lane sent and hands over (its answer is not one plain event, or
-        is slow, or the exchange broke): served on from there as ``_post`` serves a request."""
-        send = leaving(send)
-        exchange = first.exchange
-        try:
-            try:
-                try:
-                    await self._forward_request(exchange.session, scope, receive, send, exchange, first)
-                finally:
-                    try:
-                        exchange.after_answer()
-                    finally:
-                        self.manager.requests.served(exchange.session, exchange.message, first.url_before)
-            finally:
-                first.leave()
-                exchange.finish()
-        except RouterError as exc:
-            exc.request_id = exchange.message.id
-            await exc.response()(scope, receive, send)
 
     # -- GET ----------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final
 
 from router.catalog.paging import CatalogError
 from router.http.errors import error_body
@@ -18,7 +18,8 @@ from router.http.timing import RequestTiming
 from router.http.tool_policy import ToolPolicy
 from router.record import tools
 from router.record.ref_ids import RefIds
-from router.record.snapshots import Extracted, summarize
+from router.record.snapshots import Extracted
+from router.record.worker_answer import WorkerAnswer, answer_of, encode, read_answer, reframed
 
 if TYPE_CHECKING:
     from router.catalog.answers import Catalog
@@ -41,15 +42,6 @@ class RequestCancelled(Exception):
     """The client cancelled the request before it was sent to a worker: it is not sent."""
 
 
-class ToolAnswerHook(Protocol):
-    """Notes a tool answer's page URL and, with ``notice``, adds a pending resume notice to it;
-    True when it changed the answer (``router/sessions/resume_notice.py``)."""
-
-    def __call__(
-        self, session: Session, response: dict[str, Any], facts: Extracted, *, notice: bool = True
-    ) -> bool: ...
-
-
 @dataclass(frozen=True)
 class ExchangeHooks:
     """What an exchange may use, handed over explicitly once by the app."""
@@ -60,7 +52,9 @@ class ExchangeHooks:
     # Answers the router gives itself while a session has no worker (ping, cached tools/list).
     cached_answer: Callable[[Session, ClientMessage], dict[str, Any] | None]
     renew_browser: Callable[[Session], Awaitable[str]]
-    on_tool_answer: ToolAnswerHook
+    # Notes what a tool result tells of the session's browser (page URL, refs' frame) and gives
+    # the result the client gets: with a pending resume notice (router/sessions/resume_notice.py).
+    on_tool_answer: Callable[[Session, dict[str, Any], Extracted], dict[str, Any]]
     # resources/* and prompts/*, answered from the record and the prompt files (router/catalog/).
     catalog: Catalog | None = None
     # Told of each tool call done, so a browser that dies under its worker is noticed.
@@ -80,9 +74,8 @@ class Exchange:
     # (status, ms) once answered or failed; counted and logged by finish(), after the answer.
     outcome: tuple[str, float] | None = None
     request_recorded: bool = False
-    # A tool answer (parsed, or the worker's bytes) whose text after_answer() reads once it has left.
-    _read_later: dict[str, Any] | bytes | None = field(default=None, init=False)
-    _row: int = field(default=0, init=False)  # the answer's record item (Recorder.response), 0: none
+    # An answer read before it was taken (``read``): its bytes and what they parsed to.
+    _read: tuple[bytes, WorkerAnswer | None] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         if not self.ref_id:
@@ -150,24 +143,28 @@ class Exchange:
                 return None
             response = {"jsonrpc": "2.0", "id": message.id, "result": cached}
             await self._complete(response)
-            body = json.dumps(response).encode()
-            return self._rewrite(response, body) or body
+            return self._rewritten(response) or json.dumps(response).encode()
         await self._complete(response)
         return json.dumps(response).encode()
 
     async def answer_event(self, event: bytes) -> bytes:
-        """One SSE event of the worker's answer stream; the one holding our response is recorded."""
+        """One SSE event of the worker's answer stream; the one holding our response is taken."""
         if self.done:
             return event
         data = event_data(event)
         if not data:
             return event
-        replaced = await self._answer(data)
-        return event if replaced is None else encode_event(replaced, event_id(event))
+        answer = await self.answer_json(data)
+        return event if answer is data else encode_event(answer, event_id(event))
 
     async def answer_json(self, body: bytes) -> bytes:
-        replaced = await self._answer(body)
-        return body if replaced is None else replaced
+        """What the client gets for ``body``: itself when it is not this request's answer or is
+        passed on untouched, else the answer as ``take`` gives it (recorded first)."""
+        answer = self.take(body)
+        if answer is None:
+            return body
+        await self.write_ahead()
+        return answer
 
     async def failed(self, error: str) -> None:
         """The request got no answer from its worker; the client gets ``error`` instead, and
@@ -188,126 +185,65 @@ class Exchange:
         await self.failed(CANCELLED_BEFORE_SENT)
         return error_body(REQUEST_CANCELLED, CANCELLED_MESSAGE, None, self.message.id)
 
-    async def _answer(self, payload: bytes) -> bytes | None:
-        taken = self.take_answer(payload)
-        if taken is None:
-            return None
-        await self.write_ahead()
-        return None if taken is payload else taken
+    def read(self, payload: bytes) -> WorkerAnswer | None:
+        """``payload`` parsed, when it is the answer to this request. Kept until it is taken, so an
+        answer looked at first (``worker_faults.crashed_page_under``) is parsed once."""
+        kept = self._read
+        if kept is not None and kept[0] == payload:
+            return kept[1]
+        answer = read_answer(payload, self.message.id, tool_call=self.is_tool_call)
+        self._read = (payload, answer)
+        return answer
 
-    def take_answer(self, payload: bytes) -> bytes | None:
-        """When ``payload`` is the answer to this request: records it (the write-ahead it must
-        wait for is the caller's) and returns what the client gets (``payload`` itself when
-        untouched); else None, and nothing is done.
+    def take(self, payload: bytes) -> bytes | None:
+        """When ``payload`` is the answer to this request: records it, hands its summary to the
+        catalog and the session, and returns what the client gets (``payload`` itself when
+        untouched); else None, and nothing is done (the write-ahead it must wait for is the
+        caller's)."""
+        answer = self.read(payload)
+        self._read = None
+        if answer is None:
+            return None
+        if answer.facts is not None:
+            return self._take_tool_result(answer)
+        self._record(answer)
+        return self._rewritten(answer.message) or payload
 
-        A tool answer's text is read after it has left (``after_answer``: the page URL, the
-        catalog's notifications), and its row's snapshot and console by the record as it writes
-        the row (``RowWriter``): only a resume notice to add or a compact answer needs it read
-        first. Else it is not even parsed on its way when it can be helped (``_take_unread``)."""
-        read_first = self.session.resumed_notice is not None or self.session.response_mode == "compact"
-        if self.is_tool_call and not read_first and (unread := self._take_unread(payload)) is not None:
-            return unread
-        try:
-            parsed = json.loads(payload)
-        except ValueError:
-            return None
-        if not (
-            isinstance(parsed, dict)
-            and parsed.get("id") == self.message.id
-            and ("result" in parsed or "error" in parsed)
-        ):
-            return None
-        result = parsed.get("result")
-        facts = None
-        if self.is_tool_call and isinstance(result, dict):
-            if read_first:
-                facts = summarize(result)
-            else:
-                self._read_later = parsed
-        facts = self._record(parsed, facts, payload=payload)
-        replaced = self._rewrite(parsed, payload, facts)
-        return payload if replaced is None else replaced
+    def _take_tool_result(self, answer: WorkerAnswer) -> bytes:
+        """A tool's result: the call's refId set on it, recorded as the client gets it, then told
+        to the catalog and the session (which may add a resume notice), compacted if asked for."""
+        result = tools.with_ref_meta(answer.result, self.ref_id)
+        result_json = encode(result)
+        facts = self._keep("error" if answer.is_error else "success", result_json, None, answer.facts, parsed=result)
+        assert facts is not None  # a tool result's summary, with its linked snapshot if read
+        if (catalog := self.hooks.catalog) is not None:
+            catalog.after_tool_answer(self.session, self.message.tool_name, facts)
+        shown = self.hooks.on_tool_answer(self.session, result, facts)
+        if self.session.response_mode == "compact":
+            shown = tools.compact(shown, facts, ref_id=self.ref_id, tool=self.message.tool_name)
+        return reframed(answer.message, "result", result_json if shown is result else encode(shown))
 
-    def _take_unread(self, payload: bytes) -> bytes | None:
-        """``take_answer`` for a successful tool answer in the SDKs' compact form, from its bytes
-        alone (parsed once it has left; a small page's snapshot answer took ~40 µs to parse on its
-        way). None for any other, parsed as usual: one whose result's bytes hold ``"isError"`` or
-        ``"error"`` (quotes in JSON strings are escaped: nearly only the members themselves do)."""
-        parts = tools.compact_parts(payload, "result")
-        if parts is None:
-            return None
-        result, raw_id = parts
-        if not result.startswith(b"{") or b'"isError"' in result or b'"error"' in result:
-            return None
-        try:
-            same = json.loads(raw_id) == self.message.id
-        except ValueError:  # compact_parts' pattern lets by what JSON does not ("01", "\x")
-            same = False
-        spliced = tools.splice_ref_meta(payload, self.ref_id) if same else None
-        if spliced is None:
-            return None
-        self._read_later = payload
-        self._keep("success", result, None, None)
-        return spliced
-
-    def after_answer(self) -> None:
-        """What a tool answer's text tells the router, read once the client has the answer: the
-        page URL and the refs' frame (``on_tool_answer``), and the catalog's notifications."""
-        later, self._read_later = self._read_later, None
-        if later is None:
-            return
-        try:
-            result = (json.loads(later) if isinstance(later, bytes) else later)["result"]
-        except (ValueError, KeyError, TypeError):  # taken unparsed (_take_unread), and not JSON after all
-            log.warning("a tool answer not read: not JSON session=%s ref=%s", self.session.id, self.ref_id)
-            return
-        facts = summarize(result)  # a dict: the answer was taken with a result that is an object
-        if self._row and (recorder := self.hooks.recorder) is not None:
-            recorder.answer_read(self._row, facts)  # its row need not read the text again
-        if self.hooks.catalog is not None:
-            self.hooks.catalog.after_tool_answer(self.session, self.message.tool_name, facts)
-        # A notice is the next answer's: this one has left.
-        self.hooks.on_tool_answer(self.session, {"result": result}, facts, notice=False)
-
-    def _rewrite(self, response: dict[str, Any], payload: bytes, facts: Extracted | None = None) -> bytes | None:
-        """What the client gets instead of the worker's bytes, or None for the bytes untouched."""
+    def _rewritten(self, response: dict[str, Any]) -> bytes | None:
+        """Another method's answer as the client gets it, or None for the worker's bytes untouched:
+        initialize's capabilities with the catalog's, tools/list as the tool policy has it."""
         if "result" not in response:
             return None
         method = self.message.method
-        catalog = self.hooks.catalog
-        if method == "initialize" and catalog is not None:
-            response["result"] = catalog.with_capabilities(response["result"])
-            return json.dumps(response).encode()
-        if method == "tools/list":
-            result = self.hooks.tool_policy.filter_list(response["result"])
-            response["result"] = tools.with_router_tools(result)
-            return json.dumps(response).encode()
-        if method != "tools/call":
+        if method == "initialize" and (catalog := self.hooks.catalog) is not None:
+            response = {**response, "result": catalog.with_capabilities(response["result"])}
+        elif method == "tools/list":
+            listed = tools.with_router_tools(self.hooks.tool_policy.filter_list(response["result"]))
+            response = {**response, "result": listed}
+        else:
             return None
-        if facts is None:  # read after the answer left (after_answer), or no result to read
-            return tools.with_ref_meta(response, payload, self.ref_id) if self._read_later is not None else None
-        if catalog is not None:
-            catalog.after_tool_answer(self.session, self.message.tool_name, facts)
-        # Notes the page URL; the first answer after a resume gets a notice.
-        if self.hooks.on_tool_answer(self.session, response, facts):
-            payload = json.dumps(response, separators=(",", ":")).encode()  # the form splice_ref_meta reads
-        if self.session.response_mode == "compact":
-            compacted = tools.compact(response["result"], facts, ref_id=self.ref_id, tool=self.message.tool_name)
-            if compacted is not response["result"]:
-                response["result"] = compacted
-                return json.dumps(response).encode()
-        return tools.with_ref_meta(response, payload, self.ref_id)
+        return encode(response)
 
     async def _complete(self, response: dict[str, Any]) -> None:
         """Records the router's own answer, and waits for its write-ahead."""
-        self._record(response)
+        answer = answer_of(response, tool_call=False)
+        assert answer is not None
+        self._record(answer)
         await self.write_ahead()
-
-    def durable_now(self) -> bool:
-        """Whether the answer taken may leave at once: its row is durable without waiting, or need
-        not be (not a tool call, no record); else ``write_ahead`` is awaited first."""
-        recorder = self.hooks.recorder
-        return recorder is None or not self.is_tool_call or recorder.ahead_now()
 
     async def write_ahead(self) -> None:
         """A tool call's row whose answer reaches the client must survive a SIGKILL of the router:
@@ -317,25 +253,19 @@ class Exchange:
         if recorder is not None and self.is_tool_call and not await recorder.write_ahead():
             log.warning("call answered without its record session=%s ref=%s", self.session.id, self.ref_id)
 
-    def _record(
-        self, response: dict[str, Any], facts: Extracted | None = None, *, payload: bytes | None = None
-    ) -> Extracted | None:
-        """Records the answer (from the worker's own bytes, ``payload``, when it has them: kept as
-        they are); without ``facts``, the record reads the snapshot and console (``RowWriter``)."""
-        result = response.get("result")
-        error = response.get("error")
-        is_error = error is not None or (isinstance(result, dict) and result.get("isError") is True)
-        kept = tools.raw_member(payload, "result" if error is None else "error") if payload else None
-        return self._keep(
-            "error" if is_error else "success",
-            kept if kept is not None else json.dumps(result if error is None else error),
-            json.dumps(error) if error is not None else None,
-            facts,
-        )
+    def _record(self, answer: WorkerAnswer) -> None:
+        """Records an answer that is not a tool's result: an error, another method's, the router's."""
+        kept = encode(answer.result if answer.error is None else answer.error)
+        error = kept.decode() if answer.error is not None else None
+        self._keep("error" if answer.is_error else "success", kept, error, None)
 
-    def _keep(self, status: str, result: bytes | str, error: str | None, facts: Extracted | None) -> Extracted | None:
-        """The answer's row (``result``: its result or error, the worker's bytes or encoded) and
-        outcome; ``facts`` back, with the linked snapshot if it was read for that."""
+    def _keep(
+        self, status: str, result: bytes, error: str | None, facts: Extracted | None,
+        *, parsed: dict[str, Any] | None = None,
+    ) -> Extracted | None:
+        """The answer's row (``result``: its result or error, encoded; ``parsed``: the same result
+        as an object, for the record to read its linked files from) and outcome; ``facts`` back,
+        with the linked snapshot if it was read for that."""
         self.done = True
         self.record_request()
         recorder = self.hooks.recorder
@@ -348,10 +278,11 @@ class Exchange:
             snapshot, console = now or (None, None)
             if facts is not None and facts.page_snapshot is None and snapshot is not None:
                 facts = dataclasses.replace(facts, linked_snapshot=snapshot)  # read once, used twice
-            self._row = recorder.response(
+            recorder.response(
                 self.ref_id,
                 status=status,
-                result=result,
+                # Files to read or keep: the writer reads them from the parsed result, not from its text.
+                result=parsed if now is None and parsed is not None else result,
                 page_snapshot=snapshot,
                 console_logs=console,
                 error=error,

@@ -29,7 +29,6 @@ from typing import Any, Final, NoReturn
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from router.http.coalesce import CoalescingTransport
 from router.http.errors import INVALID_REQUEST, error_body
 
 __all__ = [
@@ -83,9 +82,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     # -- connection --------------------------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # Each answer's head and body leave in one send (router/http/coalesce.py).
-        super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn's
+        super().connection_made(transport)
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -139,33 +137,21 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
-        self.head_ended()
-        super().on_headers_complete()
-
-    def on_body(self, body: bytes) -> None:
-        self.body_arrived()
-        super().on_body(body)
-
-    def on_message_complete(self) -> None:
-        self.message_ended()
-        super().on_message_complete()
-
-    # The limits' share of the parser's callbacks, for a subclass that serves some requests
-    # without uvicorn's cycle (router/http/server.py).
-
-    def head_ended(self) -> None:
         self._got_something()
         self._cancel_head_timer()
         self._in_body = True
+        super().on_headers_complete()
 
-    def body_arrived(self) -> None:
+    def on_body(self, body: bytes) -> None:
         self._got_something()
+        super().on_body(body)
 
-    def message_ended(self) -> None:
+    def on_message_complete(self) -> None:
         self._got_something()
         self._in_message = self._in_body = False
         if self._body_timer is not None:
             self._cancel_body_timer()
+        super().on_message_complete()
 
     # -- limits ------------------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """What a POST to /mcp must say of its media types: a JSON body, and an answer it can read (JSON
-and SSE). The endpoint refuses what fails (415, 406); the steady lane leaves it to the endpoint."""
+and SSE). The endpoint refuses what fails (415, 406)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Final
 
 import anyio
 import anyio.lowlevel
-from starlette.types import Message, Receive, Send
+from starlette.types import Receive, Send
 
 from router.http.errors import INTERNAL_ERROR, error_body
 from router.http.sse import KEEPALIVE_COMMENT, EventSplitter, EventTooLarge, encode_event, lone_event_data
@@ -20,20 +20,6 @@ if TYPE_CHECKING:
     from router.sessions.table import Session
 
 NO_ANSWER: Final = "The worker's answer stream ended without an answer to this request"
-
-
-def leaving(send: Send) -> Send:
-    """``send``, and one turn of the loop after a response's last body. The writes of a turn
-    leave the socket at its end (``coalesce.py``): without the turn, what a request does after
-    its answer (the session's upkeep, the exchange's metrics and log line; ~0.2 ms) ran before
-    the client got a byte of it."""
-
-    async def send_then_let_go(message: Message) -> None:
-        await send(message)
-        if message["type"] == "http.response.body" and not message.get("more_body", False):
-            await anyio.lowlevel.checkpoint()
-
-    return send_then_let_go
 
 
 async def send_start(send: Send, status: int, headers: list[tuple[bytes, bytes]]) -> None:

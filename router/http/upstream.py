@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Final, cast
 
 import httptools
@@ -59,7 +59,7 @@ class UpstreamResponse:
 
     __slots__ = (
         "_chunks", "_complete", "_connection", "_error", "_head", "_settled", "_size", "_waiter",
-        "headers", "on_done", "status_code",
+        "headers", "status_code",
     )
 
     def __init__(self, connection: UpstreamConnection, head: asyncio.Future[None]) -> None:
@@ -73,9 +73,6 @@ class UpstreamResponse:
         self._error: UpstreamError | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._settled = False  # a settle() waited its time already
-        # Called once the whole body has arrived, the exchange broke, or the body unread grew past
-        # HIGH_WATER (the socket paused: a reader in callbacks must start reading).
-        self.on_done: Callable[[], None] | None = None
 
     def header(self, name: bytes) -> bytes | None:
         for key, value in self.headers:
@@ -174,16 +171,12 @@ class UpstreamResponse:
         self._size += len(data)
         if self._size > HIGH_WATER and self._connection is not None:
             self._connection.pause()
-            self._wake()
-            self._done()
-            return
         self._wake()
 
     def _finish(self) -> None:
         self._complete = True
         self._connection = None
         self._wake()
-        self._done()
 
     def _fail(self, error: UpstreamError) -> None:
         if self._complete:
@@ -192,12 +185,6 @@ class UpstreamResponse:
         if not self._head.done():
             self._head.set_exception(error)
         self._wake()
-        self._done()
-
-    def _done(self) -> None:
-        on_done, self.on_done = self.on_done, None
-        if on_done is not None:
-            on_done()
 
     def _consumed(self) -> None:
         was, self._size = self._size, 0

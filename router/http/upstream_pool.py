@@ -53,17 +53,6 @@ class UpstreamPool:
         await response.head_arrived()  # cancelled, or broken: the socket is closed
         return response
 
-    def send_now(
-        self, method: str, headers: Iterable[tuple[bytes, bytes]], body: bytes | None = None
-    ) -> UpstreamResponse | None:
-        """Sends one request on an idle kept-alive connection, without waiting for anything;
-        None (and nothing sent) when no connection is idle. The answer's head is awaited with
-        ``head_arrived``, or its end heard with ``on_done``."""
-        connection = None if self._closed else self._take()
-        if connection is None:
-            return None
-        return connection.start(_encode(method, self.path, headers, body), _new_head())
-
     @property
     def busy(self) -> int:
         """Connections carrying an exchange now (a held stream counts)."""

@@ -6,11 +6,13 @@ from __future__ import annotations
 from typing import Final
 
 from router.http.errors import WorkerUnreachable
+from router.http.exchange import Exchange
 from router.http.proxy import WorkerConnection
 from router.http.sse import lone_event_data
 from router.http.upstream import ConnectFailed, UpstreamError, UpstreamResponse
-from router.sessions.page_crash import answer_met_crash
+from router.sessions.page_crash import lost_page
 from router.sessions.table import Session
+from router.sessions.unrestored import BLANK
 from router.types import SSE
 
 # How long a worker whose socket broke under a request may take to exit if it is dying: a
@@ -24,16 +26,22 @@ async def worker_died(connection: WorkerConnection, exc: UpstreamError) -> bool:
     return isinstance(exc, ConnectFailed) or await connection.worker.exits_within(DEATH_WAIT)
 
 
-async def crashed_page_under(session: Session, upstream: UpstreamResponse, settle: float) -> WorkerConnection | None:
+async def crashed_page_under(
+    session: Session, upstream: UpstreamResponse, exchange: Exchange, settle: float
+) -> WorkerConnection | None:
     """The worker under which a tool call's answer shows the session's page crashed (router/
     sessions/page_crash.py), else None: the call ran on no page of the client's, so it goes once
-    more, to the worker resumed with the page; this answer is closed."""
+    more, to the worker resumed with the page; this answer is closed. An answer read here is
+    parsed once: the exchange keeps what it read for when it takes the answer."""
     connection = session.connection
     if connection is None or upstream.status_code != 200 or not upstream.content_type.startswith(SSE):
         return None
     await upstream.settle(settle)
-    payload = lone_event_data(upstream.peek()) if upstream.complete else None
-    if payload is None or not answer_met_crash(payload, session.current_url, connection.worker.output_dir):
+    if session.current_url in (None, BLANK) or not upstream.complete:
+        return None
+    payload = lone_event_data(upstream.peek())
+    answer = exchange.read(payload) if payload is not None else None
+    if answer is None or answer.facts is None or not lost_page(answer.facts, connection.worker.output_dir):
         return None
     await upstream.aclose()
     return connection

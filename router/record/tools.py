@@ -6,8 +6,6 @@ for any call of this conversation, even after its worker was reaped.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -23,9 +21,6 @@ GET_CONSOLE: Final = "get_console_content"
 CREATE_NEW_SESSION: Final = "create_new_session"
 # Answers that compact mode leaves whole: the snapshot is what was asked for.
 KEEP_WHOLE: Final = frozenset({"browser_snapshot"})
-# The end of an answer in the SDKs' compact form: {"result":…,"jsonrpc":"2.0","id":…}.
-_ANSWER_TAIL: Final = b',"jsonrpc":"2.0","id":'
-_ANSWER_ID_END: Final = re.compile(rb'(-?\d+|"(?:[^"\\]|\\.)*")\}\s*')
 
 _REF = {"type": "string", "description": "The ref_id of an earlier call (shown in compact answers)."}
 DEFINITIONS: Final[list[dict[str, Any]]] = [
@@ -134,58 +129,8 @@ def compact(result: Any, extracted: snapshots.Extracted, *, ref_id: str, tool: s
     return compacted
 
 
-def with_ref_meta(response: dict[str, Any], payload: bytes, ref_id: str) -> bytes:
-    """The answer with ``_meta.refId`` on its result: spliced into the worker's bytes when they
-    have the usual compact shape, else ``response`` (the parsed payload) re-encoded."""
-    spliced = splice_ref_meta(payload, ref_id)
-    if spliced is not None:
-        return spliced
-    result = response["result"]
-    if isinstance(result, dict):
-        meta = result.get("_meta")
-        result["_meta"] = {**(meta if isinstance(meta, dict) else {}), REF_META_KEY: ref_id}
-    return json.dumps(response).encode()
-
-
-def splice_ref_meta(payload: bytes, ref_id: str) -> bytes | None:
-    """Adds `_meta.refId` to a result without re-encoding it; None when the shape is unexpected.
-
-    Inside JSON strings quotes are escaped, so `"result":{` preceded by `{` or `,` can only be
-    the result member itself.
-    """
-    marker = b'"result":{'
-    at = payload.find(marker)
-    if at <= 0 or payload[at - 1 : at] not in (b"{", b","):
-        return None
-    if b'"_meta"' in payload[at : at + len(marker) + 8]:
-        return None
-    insert = at + len(marker)
-    meta = b'"_meta":{"' + REF_META_KEY.encode() + b'":' + json.dumps(ref_id).encode() + b"}"
-    rest = payload[insert:]
-    separator = b"" if rest.startswith(b"}") else b","
-    return payload[:insert] + meta + separator + rest
-
-
-def raw_member(payload: bytes, key: str) -> bytes | None:
-    """The worker's own bytes of an answer's ``key`` ("result" or "error") when the answer has
-    the SDKs' compact form, so the record keeps what the worker sent without encoding it again
-    (json.dumps took ~27 µs for a 10-KB snapshot answer, ~110 µs for 30 KB of non-ASCII text,
-    which it doubled with escapes); None for any other form."""
-    parts = compact_parts(payload, key)
-    return parts[0] if parts is not None else None
-
-
-def compact_parts(payload: bytes, key: str) -> tuple[bytes, bytes] | None:
-    """The worker's own bytes of an answer's ``key`` and of its id, in the SDKs' compact form
-    (``{"result":…,"jsonrpc":"2.0","id":…}``); None for any other form.
-
-    Inside JSON strings quotes are escaped, so the tail found last, followed by nothing but the
-    id and the closing brace, is the answer's own."""
-    head = b'{"' + key.encode() + b'":'
-    if not payload.startswith(head):
-        return None
-    at = payload.rfind(_ANSWER_TAIL)
-    found = _ANSWER_ID_END.fullmatch(payload, at + len(_ANSWER_TAIL)) if at >= len(head) else None
-    if found is None:
-        return None
-    return payload[len(head) : at], found.group(1)
+def with_ref_meta(result: dict[str, Any], ref_id: str) -> dict[str, Any]:
+    """``result`` (a tool's, parsed) with ``_meta.refId`` set, wherever its ``_meta`` sits and
+    whatever else it holds (kept); a copy, the worker's answer as parsed left as it was."""
+    meta = result.get("_meta")
+    return {**result, "_meta": {**(meta if isinstance(meta, dict) else {}), REF_META_KEY: ref_id}}

@@ -12,12 +12,11 @@ the router's own (``browser_watch``, ``state_save``). The worker is then ended a
 state saved with the page put back, and the next call resumes the session on it
 (``BrowserWatches.page_crashed``), as after a browser that died. A client's call that met the
 crash ran on no page of the client's: it is not answered from there but sent once more, to the
-worker resumed with the page (``answer_met_crash``: ``http/steady.py``, ``http/endpoint.py``).
+worker resumed with the page (``http/worker_faults.py``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -30,8 +29,7 @@ if TYPE_CHECKING:
     from router.sessions.continuity import Continuity
 
 __all__ = [
-    "CRASH_RESET", "TARGET_CRASHED", "answer_met_crash", "answer_reports_crash", "end_for_lost_page", "lost_page",
-    "put_back",
+    "CRASH_RESET", "TARGET_CRASHED", "answer_reports_crash", "end_for_lost_page", "lost_page", "put_back",
 ]
 
 log = logging.getLogger("mcp_router.continuity")
@@ -41,10 +39,6 @@ CRASH_RESET: Final = "Page crashed and was reset to about:blank."
 TARGET_CRASHED: Final = "Target crashed"
 # The console entries of the call that found the crash: a few lines (the message, its stack).
 READ_MAX: Final = 64 * 1024
-# Where either sign stands in an answer's bytes: its first section, right after the JSON's start.
-ANSWER_HEAD: Final = 512
-TARGET_CRASHED_B: Final = TARGET_CRASHED.encode()
-BLANK_URL_B: Final = f"- Page URL: {BLANK}".encode()
 
 
 def lost_page(facts: Extracted, output_dir: Path) -> bool:
@@ -53,20 +47,6 @@ def lost_page(facts: Extracted, output_dir: Path) -> bool:
     if facts.is_error and TARGET_CRASHED in facts.sections.get("Error", ""):
         return True
     return facts.page_url == BLANK and _reports_crash(facts, output_dir)
-
-
-def answer_met_crash(payload: bytes, page: str | None, output_dir: Path) -> bool:
-    """Whether a worker's JSON-RPC answer (its bytes) shows that the page ``page`` crashed: what
-    ``lost_page`` tells, after a look at its head that lets nearly every answer by."""
-    if page in (None, BLANK) or (
-        payload.find(TARGET_CRASHED_B, 0, ANSWER_HEAD) < 0 and payload.find(BLANK_URL_B, 0, ANSWER_HEAD) < 0
-    ):
-        return False
-    try:
-        result = json.loads(payload).get("result")
-    except (ValueError, AttributeError):
-        return False
-    return isinstance(result, dict) and lost_page(summarize(result), output_dir)
 
 
 def _reports_crash(facts: Extracted, output_dir: Path) -> bool:

@@ -50,14 +50,13 @@ def partial_notice(reason: str) -> str:
     )
 
 
-def on_tool_answer(session: Session, response: dict[str, Any], facts: Extracted, *, notice: bool = True) -> bool:
-    """Called with each tools/call answer and its summary: notes the page URL and the refs'
-    frame, and adds the resume notice to the first answer after a resume (unless ``notice`` is
-    False: an answer read after it left). True when ``response`` was changed."""
-    result = response.get("result")
-    content = result.get("content") if isinstance(result, dict) else None
+def on_tool_answer(session: Session, result: dict[str, Any], facts: Extracted) -> dict[str, Any]:
+    """Called with each tools/call result and its summary: notes the page URL and the refs'
+    frame. Returns the result the client gets: ``result`` itself, or, the first answer after a
+    resume, a copy with the resume notice added."""
+    content = result.get("content")
     if not isinstance(content, list):
-        return False
+        return result
     if _page_lost(session, facts):
         pass  # the crashed page stays the current one: the resume brings it back
     elif facts.page_url is not None:
@@ -73,11 +72,10 @@ def on_tool_answer(session: Session, response: dict[str, Any], facts: Extracted,
         frame = ref_frame(facts.linked_snapshot)
     if frame is not None:
         session.ref_frame, session.ref_frame_file = frame, None
-    if not notice or session.resumed_notice is None:
-        return False
-    content.append({"type": "text", "text": session.resumed_notice})
-    session.resumed_notice = None
-    return True
+    notice, session.resumed_notice = session.resumed_notice, None
+    if notice is None:
+        return result
+    return {**result, "content": [*content, {"type": "text", "text": notice}]}
 
 
 def _page_lost(session: Session, facts: Extracted) -> bool:

@@ -76,20 +76,6 @@ class RequestServing:
         finally:  # a call that failed after its tool ran may have changed the browser too
             self.served(session, message, url_before)
 
-    def steady(self, session: Session) -> bool:
-        """Whether ``serving`` would yield at once for a request on ``session`` (its worker is up,
-        no roots to renew, no relay to wait for): such a request may be served without it, with
-        ``served`` at its end (the server's steady lane, ``router/http/steady.py``)."""
-        connection = session.connection
-        return (
-            connection is not None
-            and session.state not in ENDED
-            and connection.worker.alive()
-            and session.page_lost_on is None
-            and not session.roots.worker_behind
-            and (not session.stream.held or session.relay_ready.is_set())
-        )
-
     def served(self, session: Session, message: ClientMessage, url_before: str | None) -> None:
         """A request's end: a browser tool call (which may have changed the browser, even one that
         failed after its tool ran) has the browser state saved, debounced."""

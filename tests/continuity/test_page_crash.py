@@ -11,14 +11,18 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
+from router.http.exchange import Exchange, ExchangeHooks
+from router.http.messages import parse
 from router.http.proxy import WorkerConnection
+from router.http.upstream import UpstreamResponse
+from router.http.worker_faults import crashed_page_under
 from router.layout import StateLayout
+from router.record.ref_ids import RefIds
 from router.record.snapshots import summarize
 from router.sessions import statefiles
 from router.sessions.control import ControlSession
-from router.sessions.page_crash import CRASH_RESET, TARGET_CRASHED, answer_met_crash, lost_page, put_back
+from router.sessions.page_crash import CRASH_RESET, TARGET_CRASHED, lost_page, put_back
 from router.sessions.resume_notice import on_tool_answer
-from router.sessions.serving import RequestServing
 from router.sessions.state_save import BrowserStateSaver
 from router.sessions.table import Session
 from tests.support.saved import SavingControl
@@ -52,8 +56,8 @@ def _worker(output_dir: Path) -> WorkerConnection:
 
 
 def _noted(session: Session, text: str, *, error: bool = False) -> None:
-    answer = {"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": text}], "isError": error}}
-    on_tool_answer(session, answer, summarize(answer["result"]), notice=False)
+    result = {"content": [{"type": "text", "text": text}], "isError": error}
+    on_tool_answer(session, result, summarize(result))
 
 
 def test_what_tells_a_crashed_page_and_what_does_not(tmp_path: Path) -> None:
@@ -79,16 +83,54 @@ def _payload(text: str, *, error: bool = False) -> bytes:
     return json.dumps(answer, separators=(",", ":")).encode()
 
 
-def test_a_workers_answer_that_met_the_crash_is_told_from_its_bytes(tmp_path: Path) -> None:
-    """What the proxy looks at before an answer leaves: the call goes once more if it met the
-    crash (endpoint.py, steady.py), as long as the session had a page to lose."""
+class _Answered:
+    """A worker's whole SSE answer, as the proxy holds it before it is taken."""
+
+    status_code = 200
+    content_type = "text/event-stream"
+    complete = True
+
+    def __init__(self, payload: bytes) -> None:
+        self.body = b"event: message\ndata: " + payload + b"\n\n"
+        self.closed = False
+
+    async def settle(self, limit: float) -> None:
+        pass
+
+    def peek(self) -> bytes:
+        return self.body
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def _call(session: Session) -> Exchange:
+    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "browser_click", "arguments": {}}}
+    hooks = cast(ExchangeHooks, SimpleNamespace(ref_ids=RefIds()))
+    return Exchange(hooks, session, parse(json.dumps(call).encode()))
+
+
+async def test_a_call_whose_answer_met_the_crash_goes_once_more(tmp_path: Path) -> None:
+    """What the proxy looks at before an answer leaves (worker_faults.crashed_page_under): the
+    call goes once more, its answer closed, if it met the crash, as long as the session had a
+    page to lose."""
+    session = Session("s" * 20)
+    connection = session.connection = _worker(tmp_path)
+
+    async def met(payload: bytes, page: str | None) -> bool:
+        session.current_url = page
+        answered = _Answered(payload)
+        crashed = await crashed_page_under(session, cast(UpstreamResponse, answered), _call(session), 0.0)
+        assert answered.closed == (crashed is not None)
+        return crashed is connection
+
     crashed = _payload(f"### Error\nError: browserBackend.callTool: {TARGET_CRASHED} ", error=True)
     reset = _payload(_reset_answer(_console(tmp_path, f"Error: {CRASH_RESET}")))
-    assert answer_met_crash(crashed, PAGE, tmp_path) and answer_met_crash(reset, PAGE, tmp_path)
-    assert not answer_met_crash(crashed, None, tmp_path) and not answer_met_crash(reset, BLANK, tmp_path)
-    assert not answer_met_crash(_payload(f"### Page\n- Page URL: {BLANK}"), PAGE, tmp_path)
-    assert not answer_met_crash(_payload(f"### Page\n- Page URL: {PAGE}"), PAGE, tmp_path)
-    assert not answer_met_crash(b"not json " + TARGET_CRASHED.encode(), PAGE, tmp_path)
+    assert await met(crashed, PAGE) and await met(reset, PAGE)
+    assert not await met(crashed, None) and not await met(reset, BLANK)
+    assert not await met(_payload(f"### Page\n- Page URL: {BLANK}"), PAGE)
+    assert not await met(_payload(f"### Page\n- Page URL: {PAGE}"), PAGE)
+    assert not await met(b"not json " + TARGET_CRASHED.encode(), PAGE)
 
 
 def test_the_page_goes_back_in_place_of_the_blank_tab_opened_last() -> None:
@@ -104,9 +146,8 @@ def test_a_clients_answer_from_the_blank_tab_keeps_the_page_and_marks_the_worker
     connection = session.connection = _worker(tmp_path)
     _noted(session, f"### Page\n- Page URL: {PAGE}")
     _noted(session, _reset_answer(_console(tmp_path, f"Error: {CRASH_RESET}")))
+    # The next call waits for the resume instead (RequestServing.ensure_worker).
     assert session.current_url == PAGE and session.page_lost_on is connection
-    serving = RequestServing.__new__(RequestServing)  # steady() reads nothing of its own
-    assert not serving.steady(session)  # the next call waits for the resume instead
 
 
 def test_a_call_that_met_the_crash_marks_the_worker_too(tmp_path: Path) -> None:

@@ -12,8 +12,8 @@ from router.sessions.resume_notice import on_tool_answer, settled_ref_frame
 from router.sessions.table import Session
 
 
-def _answer(text: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": text}]}}
+def _result(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}]}
 
 
 def _session(output_dir: Path) -> Session:
@@ -23,8 +23,8 @@ def _session(output_dir: Path) -> Session:
 
 
 def _noted(session: Session, text: str) -> None:
-    answer = _answer(text)
-    on_tool_answer(session, answer, summarize(answer["result"]), notice=False)
+    result = _result(text)
+    on_tool_answer(session, result, summarize(result))
 
 
 def _navigation(path: Path) -> str:

@@ -19,8 +19,6 @@ from workers.orphans import processes_for
 
 
 async def test_navigate_snapshot_click_and_console(pw_router: RouterThread, pages: str) -> None:
-    lane = pw_router.app.state.direct_lane
-    served, steady = lane.served, lane.steady.served
     async with BrowserSession(pw_router.url, token=pw_router.token) as browser:
         page = await browser.navigate(f"{pages}/")
         assert page.title == "Home"
@@ -35,12 +33,6 @@ async def test_navigate_snapshot_click_and_console(pw_router: RouterThread, page
         assert "clicked-error" in console.messages
         session_id = browser.session_id
     assert session_id and pw_router.manager.sessions.get(session_id) is None  # DELETEd on the way out
-    # Every POST of it (initialize, initialized, five tool calls) came through the server's direct
-    # lane (router/http/direct.py), as `serve` serves them.
-    assert lane.served >= served + 7
-    # And the four tool calls after the first (which started the worker) by its steady lane
-    # (router/http/steady.py), from the parser's callback to the worker connection's.
-    assert lane.steady.served >= steady + 4
 
 
 def test_ten_concurrent_sessions_are_isolated(pw_router: RouterThread, pages: str) -> None:

@@ -55,8 +55,6 @@ def reaping(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator
 
 
 def test_pause_past_the_idle_timeout_then_click_the_old_ref(reaping: RouterThread, pages: str) -> None:
-    steady = reaping.app.state.direct_lane.steady
-    served = steady.served
     with ClaudeCodeClient(reaping.url) as cc:
         before = sign_in(cc, pages, "pause")
         # The pause: no client request until the router has reaped the worker.
@@ -84,10 +82,6 @@ def test_pause_past_the_idle_timeout_then_click_the_old_ref(reaping: RouterThrea
         # is replayed, and the worker does not ask the client's roots again (Continuity.attach).
         assert session.worker_session_id in prepared, "the resume replayed the handshake"
         assert session.worker_has_roots
-        # With the stream held and no DELETE, a turn's calls on a live worker are the steady
-        # lane's (router/http/steady.py): the snapshot before the pause, the snapshot and the
-        # evaluate after the click that resumed the session.
-        assert steady.served >= served + 3
 
 
 def test_two_conversations_back_at_once_each_take_a_warm_worker(reaping: RouterThread, pages: str) -> None:

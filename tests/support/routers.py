@@ -14,7 +14,6 @@ import uvicorn
 from router.cli.main import server_config
 from router.http.app import create_app
 from router.http.auth import token_path
-from router.http.ticking import RouterServer
 from router.settings import Settings
 from tests.support import handshake_seeds
 from tests.support.auth import seed_token
@@ -59,8 +58,8 @@ class RouterThread:
         self.port = settings.port
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.url = f"{self.base_url}/mcp"
-        # Served as `serve` serves it: the same protocol (bounded heads, coalesced writes) and options.
-        self.server = RouterServer(server_config(self.app, "127.0.0.1", self.port, access_log=access_log))
+        # Served as `serve` serves it: the same protocol (bounded heads) and options.
+        self.server = uvicorn.Server(server_config(self.app, "127.0.0.1", self.port, access_log=access_log))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> RouterThread:
