@@ -362,6 +362,8 @@ class LifecycleModel(RuleBasedStateMachine):
             message = answer.only()
             if "result" in message and not message["result"].get("isError"):
                 self.answered.add(ref_id(message))
+        elif answer.status == 503 and (c.degraded or c.crashes > MAX_RESTARTS):
+            answer.error_body()  # refused as degraded before the DELETE landed
         else:
             self.refused(answer, 404)
         self._ended(c)
