@@ -142,12 +142,18 @@ class LifecycleModel(RuleBasedStateMachine):
         max_live_workers=st.sampled_from([1, 2, 8]),
         max_sessions=st.sampled_from([3, 100]),
         resume_reserve=st.sampled_from([0, 1]),
+        opening=st.lists(st.booleans(), max_size=2),
     )
-    def start(self, max_live_workers: int, max_sessions: int, resume_reserve: int) -> None:
+    def start(
+        self, max_live_workers: int, max_sessions: int, resume_reserve: int, opening: list[bool] | None = None
+    ) -> None:
+        """The router, and the sessions ``opening`` says (Claude Code's or not) opened at once."""
         self.config = Config(max_live_workers, max_sessions, resume_reserve)
         self.router = RouterProcess(self.state, spare_port(), self.config.args(), ROUTER_ENV)
         self.router.start()
         self.fresh = CHECKS
+        for claude_code in opening or []:
+            self.open_session(claude_code)
 
     def teardown(self) -> None:
         try:
@@ -512,6 +518,12 @@ class LifecycleModel(RuleBasedStateMachine):
             client.close()
 
     # -- rules: time and failures ------------------------------------------------------------------
+
+    @rule(seconds=st.sampled_from([0.2, 0.6]))
+    def pause(self, seconds: float) -> None:
+        """The model thinks, for less than the idle timeout: debounced saves run meanwhile."""
+        self.steps.append(f"pause {seconds}")
+        time.sleep(seconds)  # the time passing is the step, not a wait for something
 
     @rule()
     def pass_idle_time(self) -> None:
