@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, settings
 _SLOW_BY_DESIGN = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 
 settings.register_profile(
-    "ci", max_examples=100, stateful_step_count=12, deadline=None, suppress_health_check=_SLOW_BY_DESIGN,
+    "ci", max_examples=100, stateful_step_count=10, deadline=None, suppress_health_check=_SLOW_BY_DESIGN,
     derandomize=False, print_blob=True,
 )  # fmt: skip
 settings.register_profile(

@@ -186,6 +186,9 @@ class LifecycleModel(RuleBasedStateMachine):
         ]
         return found[index % len(found)] if found else None
 
+    def open_sessions(self) -> bool:
+        return any(not c.ended for c in self.conversations)
+
     def used(self, c: Conversation) -> None:
         c.last_used = time.monotonic()
         c.loaded = True
@@ -299,6 +302,7 @@ class LifecycleModel(RuleBasedStateMachine):
         c.low = c.high = clicks
         c.urls = {url}
 
+    @precondition(lambda self: self.open_sessions())
     @rule(index=st.integers(0, 3), tool=st.sampled_from(TOOLS))
     def call(self, index: int, tool: str) -> None:
         """A state-changing call (click: one more; navigate: its own page) or a read-only one."""
@@ -319,6 +323,7 @@ class LifecycleModel(RuleBasedStateMachine):
             assert url in c.urls, f"{c.label} shows {url}, expected one of {c.urls}"
         self._settle(c, clicks, url)
 
+    @precondition(lambda self: self.open_sessions())
     @rule(index=st.integers(0, 3), tools=st.lists(st.sampled_from(TOOLS), min_size=2, max_size=3))
     def calls_at_once(self, index: int, tools: list[str]) -> None:
         """Calls on one session at the same time, each on its own connection (a model's parallel
@@ -350,6 +355,7 @@ class LifecycleModel(RuleBasedStateMachine):
         url = c.page if "browser_navigate" in tools else by_tool[0][1][1]
         self._settle(c, final, url)
 
+    @precondition(lambda self: self.open_sessions())
     @rule(index=st.integers(0, 3), delay=st.sampled_from([0.0, 0.01, 0.05]))
     def delete_during_call(self, index: int, delay: float) -> None:
         """A plain client DELETEs its session while one of its calls is under way (resuming it,
@@ -374,6 +380,7 @@ class LifecycleModel(RuleBasedStateMachine):
             self.refused(answer, 404)
         self._ended(c)
 
+    @precondition(lambda self: self.open_sessions())
     @rule(index=st.integers(0, 3))
     def take_over_during_call(self, index: int) -> None:
         """Claude Code's stream taken over while its call runs (the worker may be asking roots)."""
@@ -392,6 +399,7 @@ class LifecycleModel(RuleBasedStateMachine):
             assert c.low <= seen[0] <= c.high and seen[1] in c.urls, (seen, c.low, c.high, c.urls)
             self._settle(c, *seen)
 
+    @precondition(lambda self: self.open_sessions())
     @rule(index=st.integers(0, 3))
     def slow_call_past_idle(self, index: int) -> None:
         """A call that runs longer than the idle timeout: its worker must not be reaped under it."""
@@ -399,11 +407,12 @@ class LifecycleModel(RuleBasedStateMachine):
         if c is None:
             return
         self.steps.append(f"slow call {c.label}")
-        seen = self._observe(c, self._send(c, "browser_wait_for", seconds=IDLE_TIMEOUT * 1.5))
+        seen = self._observe(c, self._send(c, "browser_wait_for", seconds=IDLE_TIMEOUT * 1.2))
         if seen is not None:
             assert c.low <= seen[0] <= c.high and seen[1] in c.urls, (seen, c.low, c.high, c.urls)
             self._settle(c, *seen)
 
+    @precondition(lambda self: self.open_sessions())
     @rule(index=st.integers(0, 3))
     def kill_worker_during_call(self, index: int) -> None:
         """The worker SIGKILLed under a call: the call is answered with a JSON-RPC error (or, sent
@@ -449,6 +458,7 @@ class LifecycleModel(RuleBasedStateMachine):
             stream = c.stream
             wait_for(lambda: stream.log.ended >= stream.log.opened, timeout=SETTLE)
 
+    @precondition(lambda self: self.open_sessions())
     @rule(index=st.integers(0, 3))
     def take_over_stream(self, index: int) -> None:
         """A new GET stream on the session: the first for a plain client, else one that takes over."""
@@ -471,6 +481,7 @@ class LifecycleModel(RuleBasedStateMachine):
             wait_for(lambda: stream.log.taken_over >= done, timeout=SETTLE)
         self.used(c)
 
+    @precondition(lambda self: self.open_sessions())
     @rule(index=st.integers(0, 3))
     def delete(self, index: int) -> None:
         """DELETE, by a plain client (Claude Code never sends one)."""
@@ -519,12 +530,14 @@ class LifecycleModel(RuleBasedStateMachine):
 
     # -- rules: time and failures ------------------------------------------------------------------
 
-    @rule(seconds=st.sampled_from([0.2, 0.6]))
+    @precondition(lambda self: self.open_sessions())
+    @rule(seconds=st.sampled_from([0.6]))
     def pause(self, seconds: float) -> None:
         """The model thinks, for less than the idle timeout: debounced saves run meanwhile."""
         self.steps.append(f"pause {seconds}")
         time.sleep(seconds)  # the time passing is the step, not a wait for something
 
+    @precondition(lambda self: self.open_sessions())
     @rule()
     def pass_idle_time(self) -> None:
         """Past the idle timeout: every session's worker is reaped (its browser saved first)."""
@@ -541,6 +554,7 @@ class LifecycleModel(RuleBasedStateMachine):
             if c.loaded and c.browsed and not c.ended and not c.degraded:
                 c.durable, c.url_durable = c.low, c.navigated and c.low == c.high
 
+    @precondition(lambda self: self.open_sessions())
     @rule(index=st.integers(0, 3))
     def kill_worker(self, index: int) -> None:
         """SIGKILL of a session's worker (its whole process group)."""
@@ -558,29 +572,25 @@ class LifecycleModel(RuleBasedStateMachine):
         c.crashes += 1
         c.fell_back()
 
-    @rule()
-    def kill_router(self) -> None:
-        """SIGKILL of the router, and a start on the same state dir and port."""
+    @precondition(lambda self: self.open_sessions())
+    @rule(kill=st.booleans())
+    def restart_router(self, kill: bool) -> None:
+        """The router stopped and started again on the same state dir and port: SIGKILLed (no
+        save, its workers left to the next start's sweep) or SIGTERMed as systemd stops it
+        (every live session saved)."""
         assert self.router is not None
-        self.steps.append("kill router")
+        self.steps.append("kill router" if kill else "restart router")
+        if kill:
+            for c in self.conversations:
+                self._note_saved(c)
+            self.router.kill()
+        else:
+            code = self.router.stop()
+            assert code in STOPPED, f"exit {code}:\n{self.router.log_tail()}"
         for c in self.conversations:
-            self._note_saved(c)
-        self.router.kill()
-        for c in self.conversations:
-            c.fell_back()
-            self._router_restarted(c)
-        self.router.start()
-        self.fresh = CHECKS
-
-    @rule()
-    def restart_router(self) -> None:
-        """SIGTERM (as systemd stops it; every live session saved) and a start again."""
-        assert self.router is not None
-        self.steps.append("restart router")
-        code = self.router.stop()
-        assert code in STOPPED, f"exit {code}:\n{self.router.log_tail()}"
-        for c in self.conversations:
-            if c.browsed and not c.degraded:
+            if kill:
+                c.fell_back()
+            elif c.browsed and not c.degraded:
                 c.durable, c.url_durable = c.low, c.navigated and c.low == c.high
             self._router_restarted(c)
         self.router.start()
