@@ -20,7 +20,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from router.bridge.upstream import RouterLink, RouterRefused
-from router.http.errors import INTERNAL_ERROR, PARSE_ERROR
+from router.errors import INTERNAL_ERROR, PARSE_ERROR
 from router.types import JsonObject, JsonRpcId
 
 log = logging.getLogger("mcp_router.stdio")

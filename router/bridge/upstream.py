@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import httpx
 
-from router.http.sse import EventSplitter, event_data, event_id
+from router.protocol.sse import EventSplitter, event_data, event_id
 from router.types import H_PROTOCOL_VERSION, H_SESSION_ID, JsonObject
 
 log = logging.getLogger("mcp_router.stdio")

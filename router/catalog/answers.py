@@ -20,7 +20,7 @@ from router.catalog.resources import ResourceCatalog, uri
 from router.catalog.session_view import CONSOLE_TOOL, NETWORK_TOOL, SCREENSHOT_TOOL
 
 if TYPE_CHECKING:
-    from router.http.messages import ClientMessage
+    from router.protocol.messages import ClientMessage
     from router.record.snapshots import Extracted
     from router.sessions.table import Session
 

@@ -7,7 +7,7 @@ import binascii
 from collections.abc import Sequence
 from typing import Any, Final, TypeVar
 
-from router.http.errors import INVALID_PARAMS
+from router.errors import INVALID_PARAMS
 
 RESOURCE_NOT_FOUND: Final = -32002  # MCP: resources/read of an unknown URI
 PAGE_SIZE: Final = 50

@@ -8,46 +8,21 @@ With no router running, the command marks the session closed in the record and d
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import sqlite3
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
 import httpx
 
-from router.cli.api_client import base_url, bearer
+from router.api_client import bearer
 from router.http.auth import WeakToken, read_token
 from router.layout import StateLayout
 from router.record import schema
+from router.router_file import running_router
 from router.types import ACTION_HEADER
 
 ADMIN_TIMEOUT: Final = 30.0  # ending a session waits for its worker's grace period
-
-
-@contextmanager
-def router_file(layout: StateLayout, host: str, port: int) -> Iterator[None]:
-    """Says where this router listens, for as long as it runs."""
-    path = layout.router_file
-    path.write_text(json.dumps({"pid": os.getpid(), "url": base_url(host, port), "started": time.time()}))
-    try:
-        yield
-    finally:
-        path.unlink(missing_ok=True)
-
-
-def running_router(state_dir: Path) -> str | None:
-    try:
-        data = json.loads(StateLayout(state_dir).router_file.read_text())
-        os.kill(int(data["pid"]), 0)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # no file, or its router died without removing it (SIGKILL)
-    url = data.get("url")
-    return url if isinstance(url, str) else None
 
 
 def state_dir_token(state_dir: Path) -> str | None:

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from router.cli import admin, tables
-from router.cli.api_client import fetch_live_sessions_at
+from router.operator.cluster_view import cluster_sessions
 
 TOKEN_ENV: Final = "MCP_ROUTER_TOKEN"  # else the local state dir's token: a cluster shares one
-NODE_TIMEOUT: Final = 5.0  # across a network, and a busy node; the CLI still must not hang
 EXIT_PARTIAL: Final = 1
 
 
@@ -24,21 +22,6 @@ def parse_nodes(value: str) -> list[str]:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"--nodes: {url!r} is not an http(s) URL")
     return urls
-
-
-def cluster_sessions(urls: Sequence[str], token: str | None) -> tuple[list[dict[str, Any]], list[str]]:
-    """Every node's rows (each with ``node``: its URL), most recent first, and the nodes that did
-    not answer (down, or the token is not theirs)."""
-    rows: list[dict[str, Any]] = []
-    missing: list[str] = []
-    for url in urls:
-        found = fetch_live_sessions_at(url, token=token, timeout=NODE_TIMEOUT)
-        if found is None:
-            missing.append(url)
-            continue
-        rows += [{**row, "node": url} for row in found]
-    rows.sort(key=lambda row: row.get("last_activity") or 0, reverse=True)
-    return rows, missing
 
 
 def show_cluster(nodes: str, state_dir: Path, limit: int) -> int:

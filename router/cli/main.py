@@ -197,11 +197,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _command_modules() -> list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]]:
+    from router.cli import doctor
     from router.cli import records as cli_records
     from router.cli import service as cli_service
     from router.cli import stdio as cli_stdio
     from router.cli import token as cli_token
-    from router.operator import doctor
 
     return [cli_records.register, cli_token.register, doctor.register, cli_stdio.register, cli_service.register]
 

@@ -12,6 +12,7 @@ from router.cli import tables
 from router.layout import StateLayout
 from router.record import ahead
 from router.record.records import RecordNotFound, Records
+from router.router_file import running_router
 from router.settings import Settings
 
 
@@ -91,10 +92,10 @@ def _sessions(args: argparse.Namespace) -> int:
 
 
 def _live_sessions(state_dir: Path) -> list[dict[str, Any]] | None:
+    from router.api_client import fetch_live_sessions_at
     from router.cli import admin
-    from router.cli.api_client import fetch_live_sessions_at
 
-    url = admin.running_router(state_dir)
+    url = running_router(state_dir)
     return fetch_live_sessions_at(url, token=admin.state_dir_token(state_dir)) if url is not None else None
 
 

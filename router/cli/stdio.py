@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from router.cli.api_client import base_url
+from router.api_client import base_url
 from router.http.auth import WeakToken, read_token
 from router.operator.logs import configure_logging
 from router.settings import Settings

@@ -11,7 +11,7 @@ import os
 import shlex
 import sys
 
-from router.cli.api_client import base_url
+from router.api_client import base_url
 from router.http.auth import WeakToken, load_or_create_token, private_state_dir
 from router.settings import Settings
 

@@ -16,7 +16,7 @@ from starlette.routing import Route
 from router.catalog.answers import Catalog
 from router.catalog.prompts import PromptLibrary
 from router.catalog.resources import ResourceCatalog
-from router.cli import admin
+from router.errors import ServiceUnavailable
 from router.health import Health
 from router.http.auth import (
     STATE_KEY,
@@ -27,16 +27,17 @@ from router.http.auth import (
     private_state_dir,
 )
 from router.http.endpoint import McpEndpoint
-from router.http.errors import ServiceUnavailable
 from router.http.exchange import ExchangeHooks
 from router.http.limits import MAX_HEAD_BYTES
 from router.http.security import OriginPolicy, SecurityMiddleware
+from router.http.timing import TimedEndpoint
 from router.http.tool_policy import ToolPolicy
 from router.layout import StateLayout
 from router.operator.api import Api
 from router.operator.cluster_view import ClusterView
-from router.operator.metrics import Metrics, TimedEndpoint
+from router.operator.metrics import Metrics
 from router.operator.ui import Ui
+from router.router_file import router_file
 from router.sessions.handshake import HandshakeCache, worker_fingerprint
 from router.sessions.manager import SessionManager
 from router.sessions.resume_notice import on_tool_answer
@@ -169,7 +170,11 @@ def create_app(settings: Settings) -> Starlette:
         node_id=settings.node_id,
         **continuity_options(settings),
     )
-    metrics.watch(manager, layout.db if recorder is not None else None)
+    metrics.watch(
+        manager.stats,
+        recorder.stats if recorder is not None else None,
+        layout.db if recorder is not None else None,
+    )
     hooks = ExchangeHooks(
         recorder=recorder,
         metrics=metrics,
@@ -206,7 +211,7 @@ def create_app(settings: Settings) -> Starlette:
                 if recorder is not None:
                     await stack.enter_async_context(recorder.run())
                 await stack.enter_async_context(manager.run())
-                stack.enter_context(admin.router_file(layout, settings.host, settings.port))
+                stack.enter_context(router_file(layout, settings.host, settings.port))
                 started = True
                 yield
         except Exception as exc:
@@ -226,14 +231,15 @@ def create_app(settings: Settings) -> Starlette:
             # apart by its 503 to initialize, which balancers retry elsewhere. Never 503 here when
             # merely full: a balancer would take the node out, and its working sessions with it.
             return JSONResponse(public_health(failures, manager.node_id), status_code=status)
+        now = manager.stats()
         body: dict[str, Any] = {
             **public_health(failures, manager.node_id),
-            "accepting": manager.accepting_sessions(),
-            "sessions": len(manager.sessions.live()),
-            "workers": supervisor.live_count,
-            "slots": len(manager.admission),  # held or being filled: equal to workers once settled
-            "warm_workers": len(manager.pool),
-            "capacity": {"sessions": manager.max_sessions, "workers": manager.max_live_workers},
+            "accepting": now.accepting,
+            "sessions": now.sessions,
+            "workers": now.live_workers,
+            "slots": now.slots,  # held or being filled: equal to workers once settled
+            "warm_workers": now.warm_workers,
+            "capacity": {"sessions": now.max_sessions, "workers": now.max_live_workers},
         }
         if failures:
             body["failures"] = failures

@@ -32,7 +32,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from router.http.errors import BadRequest, Unauthorized
+from router.errors import BadRequest, Unauthorized
 from router.types import HEALTHZ_PATH
 
 TOKEN_FILE: Final = "token"

@@ -16,7 +16,7 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from router.http.errors import (
+from router.errors import (
     BadRequest,
     InvalidParams,
     MethodNotAllowed,
@@ -31,11 +31,8 @@ from router.http.errors import (
 )
 from router.http.exchange import Exchange, ExchangeHooks, RequestCancelled
 from router.http.media import accepts, media_type
-from router.http.messages import ClientMessage, Kind, initialize_problem, parse
 from router.http.one_way import SESSION_LOST, forward_one_way
-from router.http.proxy import WorkerConnection, answer_headers, sse_answer_headers, upstream_headers
 from router.http.session_stream import SessionStream
-from router.http.sse import encode_event
 from router.http.streaming import (
     Writer,
     answer_missing,
@@ -46,8 +43,9 @@ from router.http.streaming import (
     whole_answer,
 )
 from router.http.timing import request_timing
-from router.http.upstream import UpstreamError, UpstreamResponse
 from router.http.worker_faults import crashed_page_under, unreachable, worker_died
+from router.protocol.messages import ClientMessage, Kind, initialize_problem, parse
+from router.protocol.sse import encode_event
 from router.sessions.manager import SessionManager
 from router.sessions.table import ENDED, Session, State
 from router.types import (
@@ -58,6 +56,8 @@ from router.types import (
     JSON,
     SSE,
 )
+from router.upstream.client import UpstreamError, UpstreamResponse
+from router.upstream.connection import WorkerConnection, answer_headers, sse_answer_headers, upstream_headers
 
 log = logging.getLogger("mcp_router.server")
 

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from router.catalog.paging import CatalogError
-from router.http.errors import error_body
-from router.http.messages import ClientMessage
-from router.http.sse import encode_event, event_data, event_id
+from router.errors import error_body
 from router.http.timing import RequestTiming
 from router.http.tool_policy import ToolPolicy
+from router.protocol.messages import ClientMessage
+from router.protocol.sse import encode_event, event_data, event_id
 from router.record import tools
 from router.record.ref_ids import RefIds
 from router.record.snapshots import Extracted

@@ -29,7 +29,7 @@ from typing import Any, Final, NoReturn
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from router.http.errors import INVALID_REQUEST, error_body
+from router.errors import INVALID_REQUEST, error_body
 
 __all__ = [
     "BODY_TIMEOUT_S", "HEADER_TIMEOUT_S", "MAX_HEADERS", "MAX_HEAD_BYTES", "concurrency_limit", "limited_protocol",

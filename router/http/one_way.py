@@ -15,14 +15,14 @@ from typing import Final
 
 from starlette.types import Scope, Send
 
-from router.http.messages import ClientMessage, Kind
-from router.http.proxy import downstream_headers, upstream_headers
 from router.http.streaming import send_accepted, send_start
-from router.http.upstream import UpstreamError
 from router.http.worker_faults import unreachable, worker_died
+from router.protocol.messages import ClientMessage, Kind
 from router.sessions.roots import ROOTS_CHANGED
 from router.sessions.table import Session
 from router.types import CANCELLED
+from router.upstream.client import UpstreamError
+from router.upstream.connection import downstream_headers, upstream_headers
 
 log = logging.getLogger("mcp_router.endpoint")
 

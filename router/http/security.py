@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from router.http.errors import BadRequest, Forbidden, MisdirectedRequest, RouterError
+from router.errors import BadRequest, Forbidden, MisdirectedRequest, RouterError
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
 WILDCARD = "*"

@@ -23,12 +23,12 @@ import anyio
 from starlette.types import Receive, Scope, Send
 
 from router.http.one_way import SESSION_LOST
-from router.http.proxy import WorkerConnection, upstream_headers
-from router.http.sse import KEEPALIVE_COMMENT, EventSplitter, EventTooLarge, encode_event, event_id, event_json
 from router.http.streaming import Writer, run_stream, send_start
-from router.http.upstream import UpstreamError
+from router.protocol.sse import KEEPALIVE_COMMENT, EventSplitter, EventTooLarge, encode_event, event_id, event_json
 from router.sessions.table import ENDED, Session
 from router.types import CANCELLED, H_SESSION_ID, SSE_HEADERS
+from router.upstream.client import UpstreamError
+from router.upstream.connection import WorkerConnection, upstream_headers
 
 log = logging.getLogger("mcp_router.streams")
 

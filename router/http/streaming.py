@@ -11,8 +11,8 @@ import anyio
 import anyio.lowlevel
 from starlette.types import Receive, Send
 
-from router.http.errors import INTERNAL_ERROR, error_body
-from router.http.sse import KEEPALIVE_COMMENT, EventSplitter, EventTooLarge, encode_event, lone_event_data
+from router.errors import INTERNAL_ERROR, error_body
+from router.protocol.sse import KEEPALIVE_COMMENT, EventSplitter, EventTooLarge, encode_event, lone_event_data
 from router.types import H_SESSION_ID, JSON
 
 if TYPE_CHECKING:

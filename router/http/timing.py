@@ -6,10 +6,15 @@ the wrapper, the endpoint and the exchange hand it to one another explicitly.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from starlette.types import Scope
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from router.operator.metrics import Metrics
 
 TIMING_KEY: Final = "mcp_router.timing"
 
@@ -43,3 +48,27 @@ def attach_timing(scope: Scope) -> tuple[Scope, RequestTiming]:
     timing = RequestTiming()
     state = scope.get("state")
     return {**scope, "state": {**(state if isinstance(state, dict) else {}), TIMING_KEY: timing}}, timing
+
+
+class TimedEndpoint:
+    """Wraps the /mcp endpoint: the request's whole time minus the worker's share (written by the
+    exchange into the request's RequestTiming) is the router-added latency."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.clock = clock
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        scope, timing = attach_timing(scope)
+        started = self.clock()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            added = timing.router_share(self.clock() - started)
+            if added is not None:
+                self.metrics.router_seconds.observe(added)
+

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import Final
 
-from router.http.errors import WorkerUnreachable
+from router.errors import WorkerUnreachable
 from router.http.exchange import Exchange
-from router.http.proxy import WorkerConnection
-from router.http.sse import lone_event_data
-from router.http.upstream import ConnectFailed, UpstreamError, UpstreamResponse
+from router.protocol.sse import lone_event_data
 from router.sessions.page_crash import lost_page
 from router.sessions.table import Session
 from router.sessions.unrestored import BLANK
 from router.types import SSE
+from router.upstream.client import ConnectFailed, UpstreamError, UpstreamResponse
+from router.upstream.connection import WorkerConnection
 
 # How long a worker whose socket broke under a request may take to exit if it is dying: a
 # SIGKILLed node is gone in milliseconds, on a loaded machine later.

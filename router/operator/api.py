@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from router.http.errors import RouterError
+from router.errors import RouterError
 from router.layout import StateLayout
 from router.operator.memory import MemorySampler
 from router.record.call_view import call_images, fill_from_answer

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any, Final
 
 import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from router.cli.cluster import cluster_sessions
+from router.api_client import fetch_live_sessions_at
+
+NODE_TIMEOUT: Final = 5.0  # across a network, and a busy node; a caller still must not hang
 
 
 class ClusterView:
@@ -37,3 +40,18 @@ class ClusterView:
         return JSONResponse({
             "configured": True, "sessions": rows, "missing": missing, "node": self.node_id, "now": time.time(),
         })
+
+
+def cluster_sessions(urls: Sequence[str], token: str | None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every node's rows (each with ``node``: its URL), most recent first, and the nodes that did
+    not answer (down, or the token is not theirs)."""
+    rows: list[dict[str, Any]] = []
+    missing: list[str] = []
+    for url in urls:
+        found = fetch_live_sessions_at(url, token=token, timeout=NODE_TIMEOUT)
+        if found is None:
+            missing.append(url)
+            continue
+        rows += [{**row, "node": url} for row in found]
+    rows.sort(key=lambda row: row.get("last_activity") or 0, reverse=True)
+    return rows, missing

@@ -10,8 +10,6 @@ process-wide default), so two routers in one process (tests) never mix their num
 from __future__ import annotations
 
 import re
-import time
-from collections import Counter as Tally
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -21,12 +19,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
-
-from router.http.timing import RequestTiming, attach_timing
 
 if TYPE_CHECKING:
-    from router.sessions.manager import SessionManager
+    from router.http.timing import RequestTiming
+    from router.record.stats import RecordStats
+    from router.sessions.stats import ManagerStats
 
 PREFIX: Final = "mcp_router"
 # Tool names come from clients: past this many distinct names, the rest count as "other" so a
@@ -152,9 +149,11 @@ class Metrics:
 
     # ---------------------------------------------------------------- scrape time
 
-    def watch(self, manager: SessionManager, db_path: Path | None) -> None:
-        """Registers the scrape-time gauges; called once by create_app."""
-        self.registry.register(_LiveCollector(manager, db_path))
+    def watch(
+        self, stats: Callable[[], ManagerStats], record_stats: Callable[[], RecordStats] | None, db_path: Path | None
+    ) -> None:
+        """Registers the scrape-time gauges, read from these snapshots; called once by create_app."""
+        self.registry.register(_LiveCollector(stats, record_stats, db_path))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -164,37 +163,38 @@ class Metrics:
 
 
 class _LiveCollector(Collector):
-    def __init__(self, manager: SessionManager, db_path: Path | None) -> None:
-        self.manager = manager
+    def __init__(
+        self, stats: Callable[[], ManagerStats], record_stats: Callable[[], RecordStats] | None, db_path: Path | None
+    ) -> None:
+        self.stats = stats
+        self.record_stats = record_stats
         self.db_path = db_path
 
     def collect(self) -> Iterable[Metric]:
+        now = self.stats()
         workers = GaugeMetricFamily(f"{PREFIX}_live_workers", "Worker processes alive now")
-        workers.add_metric([], self.manager.supervisor.live_count)
+        workers.add_metric([], now.live_workers)
         yield workers
         warm = GaugeMetricFamily(f"{PREFIX}_warm_workers", "Warm workers ready in the pool (--warm-workers)")
-        warm.add_metric([], len(self.manager.pool))
+        warm.add_metric([], now.warm_workers)
         yield warm
         pokes = CounterMetricFamily(
             f"{PREFIX}_warm_pokes", "Calls that kept waiting warm workers warm (--keep-warm-interval)"
         )
-        pokes.add_metric([], self.manager.pool.pokes)
+        pokes.add_metric([], now.warm_pokes)
         yield pokes
-        saver = self.manager.continuity.state_saver
         saves = CounterMetricFamily(
             f"{PREFIX}_state_saves", "Browser state saves, by whether state.json changed", labels=["outcome"]
         )
-        saves.add_metric(["written"], saver.written)
-        saves.add_metric(["unchanged"], saver.unchanged)
+        saves.add_metric(["written"], now.saves_written)
+        saves.add_metric(["unchanged"], now.saves_unchanged)
         yield saves
-        by_state = Tally(s.state.value for s in self.manager.sessions)
         sessions = GaugeMetricFamily(f"{PREFIX}_sessions", "Sessions the router holds, by state", labels=["state"])
-        for state, count in sorted(by_state.items()):
+        for state, count in sorted(now.by_state.items()):
             sessions.add_metric([state], count)
         yield sessions
-        recorder = self.manager.recorder
-        if recorder is not None:
-            stats = recorder.stats()
+        if self.record_stats is not None:
+            stats = self.record_stats()
             queue = GaugeMetricFamily(f"{PREFIX}_recorder_queue_depth", "Record items waiting for the writer")
             queue.add_metric([], stats.queue_len)
             yield queue
@@ -235,27 +235,4 @@ def _db_size(db_path: Path) -> int:
         except OSError:
             continue
     return total
-
-
-class TimedEndpoint:
-    """Wraps the /mcp endpoint: the request's whole time minus the worker's share (written by the
-    exchange into the request's RequestTiming) is the router-added latency."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics, clock: Callable[[], float] = time.perf_counter) -> None:
-        self.app = app
-        self.metrics = metrics
-        self.clock = clock
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope.get("method") != "POST":
-            await self.app(scope, receive, send)
-            return
-        scope, timing = attach_timing(scope)
-        started = self.clock()
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            added = timing.router_share(self.clock() - started)
-            if added is not None:
-                self.metrics.router_seconds.observe(added)
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
-from router.http.errors import ServiceUnavailable
+from router.errors import ServiceUnavailable
 from workers._exceptions import SpawnError
 from workers.supervisor import Supervisor, Worker
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 from router.types import CANCELLED
 
 if TYPE_CHECKING:
-    from router.http.proxy import WorkerConnection
+    from router.upstream.connection import WorkerConnection
 
 # Never a prefix of the router's own questions' ids (router/sessions/roots.py ROUTER_ID_PREFIX),
 # and not what an SDK numbers its requests with (integers).

@@ -33,10 +33,10 @@ from router.sessions.page_crash import answer_reports_crash, end_for_lost_page
 from workers.browser import BrowserProcess, find_browser
 
 if TYPE_CHECKING:
-    from router.http.proxy import WorkerConnection
     from router.sessions.continuity import Continuity
     from router.sessions.control import ControlSession
     from router.sessions.table import Session
+    from router.upstream.connection import WorkerConnection
 
 log = logging.getLogger("mcp_router.continuity")
 

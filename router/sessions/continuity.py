@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
-from router.http.errors import WorkerUnreachable
-from router.http.proxy import WorkerConnection
+from router.errors import WorkerUnreachable
 from router.layout import StateLayout
 from router.sessions import statefiles
 from router.sessions.admission import Admission
@@ -34,6 +33,7 @@ from router.sessions.restore import RestoreProgress, restore_browser
 from router.sessions.resume_notice import partial_notice, resumed_notice
 from router.sessions.state_save import SAVE_TIMEOUT, BrowserStateSaver
 from router.sessions.table import ENDED, RECORD_STATE, Session, State
+from router.upstream.connection import WorkerConnection
 from workers.supervisor import Supervisor, Worker
 
 if TYPE_CHECKING:

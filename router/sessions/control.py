@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
-from router.http.sse import EventSplitter, EventTooLarge, event_json
-from router.http.upstream import UpstreamError, UpstreamResponse
+from router.protocol.sse import EventSplitter, EventTooLarge, event_json
 from router.types import H_PROTOCOL_VERSION, H_SESSION_ID, JSON, SSE
+from router.upstream.client import UpstreamError, UpstreamResponse
 
 if TYPE_CHECKING:
-    from router.http.proxy import WorkerConnection
+    from router.upstream.connection import WorkerConnection
 
 CONTROL_TIMEOUT: Final = 30.0  # a tool call that restores a page may load it; generous but bounded
 CONTROL_CLIENT_INFO: Final = {"name": "mcp-router-control", "version": "1"}

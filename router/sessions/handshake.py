@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
-from router.http.proxy import WorkerConnection
 from router.sessions.control import ControlError, ControlSession
 from router.types import HANDSHAKE_VERSIONS
+from router.upstream.connection import WorkerConnection
 from workers._exceptions import WorkerError
 from workers.supervisor import Supervisor, Worker
 

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import secrets
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -26,9 +27,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
-from router.http.errors import ServiceUnavailable, SessionNotFound, TooManyRequests
-from router.http.messages import ClientMessage
+from router.errors import ServiceUnavailable, SessionNotFound, TooManyRequests
 from router.layout import StateLayout
+from router.protocol.messages import ClientMessage
 from router.sessions import statefiles
 from router.sessions.admission import Admission, RateLimit
 from router.sessions.bringup import BringUps, default_bring_ups, memory_below_floor, room_for_another_warm_worker
@@ -39,6 +40,7 @@ from router.sessions.nodes import check_owner
 from router.sessions.pool import KEEP_WARM_EVERY, WarmPool
 from router.sessions.renewal import renew_browser
 from router.sessions.serving import RequestServing
+from router.sessions.stats import ManagerStats
 from router.sessions.table import DORMANT, ENDED, RECORD_STATE, Session, SessionTable, State, check_session_id
 from router.sessions.upkeep import Upkeep
 from router.types import HANDSHAKE_VERSIONS
@@ -294,6 +296,22 @@ class SessionManager:
             (time.monotonic() - started) * 1000,
         )  # fmt: skip
         return session, result
+
+    def stats(self) -> ManagerStats:
+        saver = self.continuity.state_saver
+        return ManagerStats(
+            sessions=len(self.sessions.live()),
+            by_state=dict(Counter(s.state.value for s in self.sessions)),
+            live_workers=self.supervisor.live_count,
+            slots=len(self.admission),
+            warm_workers=len(self.pool),
+            warm_pokes=self.pool.pokes,
+            saves_written=saver.written,
+            saves_unchanged=saver.unchanged,
+            accepting=self.accepting_sessions(),
+            max_sessions=self.max_sessions,
+            max_live_workers=self.max_live_workers,
+        )
 
     def accepting_sessions(self) -> bool:
         """Whether an ``initialize`` would be taken now (else 503 + Retry-After, so a balancer

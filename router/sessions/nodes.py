@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from router.http.errors import WrongNode
+from router.errors import WrongNode
 from router.sessions.table import NODE_SEPARATOR
 
 # A DNS label (a StatefulSet pod name fits): starts with a letter or digit, so an id never starts

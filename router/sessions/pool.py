@@ -33,8 +33,7 @@ from typing import Any, Final
 
 import anyio
 
-from router.http.errors import RouterError
-from router.http.proxy import WorkerConnection
+from router.errors import RouterError
 from router.sessions.admission import Admission
 from router.sessions.bringup import BringUps, default_bring_ups
 from router.sessions.client_preparer import ClientPreparer
@@ -43,6 +42,7 @@ from router.sessions.pooled import POKE_ARGS, POKE_TOOL, WARM_ARGS, WARM_TOOL, P
 from router.sessions.roots import Roots
 from router.sessions.table import mint_session_id
 from router.sessions.warm_up import warm_browser
+from router.upstream.connection import WorkerConnection
 from workers._exceptions import WorkerError
 from workers.supervisor import Supervisor, Worker
 

@@ -7,9 +7,9 @@ from typing import Final
 
 import anyio
 
-from router.http.proxy import WorkerConnection
 from router.sessions.control import ControlSession
 from router.sessions.prepared_stream import PreparedStream
+from router.upstream.connection import WorkerConnection
 from workers.supervisor import Worker
 
 WARM_TOOL: Final = "browser_tabs"  # launches the browser; lists the about:blank tab

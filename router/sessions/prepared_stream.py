@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
-from router.http.sse import EventSplitter, EventTooLarge, event_json
-from router.http.upstream import UpstreamError, UpstreamResponse
+from router.protocol.sse import EventSplitter, EventTooLarge, event_json
 from router.sessions.control import ControlError, ControlSession
 from router.sessions.roots import ROOTS_METHOD, Roots, declares_roots
+from router.upstream.client import UpstreamError, UpstreamResponse
 
 if TYPE_CHECKING:
     from router.sessions.table import Session

@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
-from router.http.errors import SessionNotFound, WorkerUnreachable
-from router.http.messages import ClientMessage
-from router.http.proxy import WorkerConnection
+from router.errors import SessionNotFound, WorkerUnreachable
+from router.protocol.messages import ClientMessage
 from router.sessions.bringup import BringUps
 from router.sessions.continuity import Continuity
 from router.sessions.handshake import HandshakeCache
@@ -24,6 +23,7 @@ from router.sessions.pool import WarmPool
 from router.sessions.resume_notice import RESUME_REASONS
 from router.sessions.table import ENDED, Session, State
 from router.sessions.upkeep import Upkeep
+from router.upstream.connection import WorkerConnection
 
 if TYPE_CHECKING:
     from router.sessions.browser_watch import BrowserWatches

@@ -11,7 +11,6 @@ from typing import Final
 
 import anyio
 
-from router.http.proxy import WorkerConnection
 from router.layout import StateLayout
 from router.record.tabs_and_refs import parse_tabs
 from router.sessions import statefiles
@@ -21,6 +20,7 @@ from router.sessions.resume_notice import settled_ref_frame
 from router.sessions.storage_restore import is_restore_document
 from router.sessions.table import Session
 from router.sessions.unrestored import BLANK
+from router.upstream.connection import WorkerConnection
 
 log = logging.getLogger("mcp_router.continuity")
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from router.http.errors import BadRequest
+from router.errors import BadRequest
 from router.sessions.asked import WorkerQuestions
 from router.sessions.outbox import Outbox
 from router.sessions.roots import ClientRoots, declares_roots
@@ -22,9 +22,9 @@ from router.types import JsonRpcId
 from workers.health import RestartBudget
 
 if TYPE_CHECKING:
-    from router.http.proxy import WorkerConnection
     from router.sessions.control import ControlSession
     from router.sessions.prepared_stream import PreparedStream
+    from router.upstream.connection import WorkerConnection
 
 SESSION_ID_BYTES = 24  # 192 random bits, 32 URL-safe characters
 MAX_SESSION_ID_LENGTH = 128

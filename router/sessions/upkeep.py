@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 import anyio
 from anyio.abc import TaskGroup
 
-from router.http.errors import ServiceUnavailable
+from router.errors import ServiceUnavailable
 from router.layout import StateLayout
 from router.sessions import statefiles
 from router.sessions.continuity import Continuity

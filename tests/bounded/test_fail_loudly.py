@@ -180,6 +180,7 @@ def test_a_second_serve_on_the_same_state_dir_refuses_and_touches_nothing(state_
         assert first.poll() is None, (state_dir / "first.log").read_text()
         with RawClient(f"http://127.0.0.1:{port}/mcp") as c:
             c.initialize()
+            c.start_worker()
             workers = processes_for(state_dir, c.session_id)
             assert workers
             status = lock_status(state_dir)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from router.http.sse import MAX_EVENT_BYTES, EventSplitter, EventTooLarge
+from router.protocol.sse import MAX_EVENT_BYTES, EventSplitter, EventTooLarge
 
 CHUNK = 4096
 

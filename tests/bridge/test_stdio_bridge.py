@@ -16,7 +16,7 @@ import httpx
 import mcp_types as types
 from mcp import Client
 
-from router.http.errors import PARSE_ERROR
+from router.errors import PARSE_ERROR
 from router.sessions.table import State
 from tests.support import (
     FAKE_WORKER_COMMAND,

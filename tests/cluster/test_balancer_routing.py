@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from router.http.errors import SESSION_NOT_FOUND
+from router.errors import SESSION_NOT_FOUND
 from router.sessions.nodes import owner_of
 from tests.support import RawClient, run_cli, wait_for
 from tests.support.cluster import NODES, Cluster, open_on, running_cluster

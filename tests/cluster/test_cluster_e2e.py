@@ -18,7 +18,7 @@ import pytest
 from mcp import Client
 from playwright.sync_api import expect, sync_playwright
 
-from router.http.errors import SESSION_NOT_FOUND
+from router.errors import SESSION_NOT_FOUND
 from router.sessions.nodes import owner_of
 from tests.e2e.claude_code import ClaudeCodeClient
 from tests.support import ROOT, TEST_TOKEN, RawClient, wait_for

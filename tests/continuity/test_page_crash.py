@@ -12,11 +12,9 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from router.http.exchange import Exchange, ExchangeHooks
-from router.http.messages import parse
-from router.http.proxy import WorkerConnection
-from router.http.upstream import UpstreamResponse
 from router.http.worker_faults import crashed_page_under
 from router.layout import StateLayout
+from router.protocol.messages import parse
 from router.record.ref_ids import RefIds
 from router.record.snapshots import summarize
 from router.sessions import statefiles
@@ -25,6 +23,8 @@ from router.sessions.page_crash import CRASH_RESET, TARGET_CRASHED, lost_page, p
 from router.sessions.resume_notice import on_tool_answer
 from router.sessions.state_save import BrowserStateSaver
 from router.sessions.table import Session
+from router.upstream.client import UpstreamResponse
+from router.upstream.connection import WorkerConnection
 from tests.support.saved import SavingControl
 
 PAGE = "http://127.0.0.1:8000/app"

@@ -7,12 +7,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
-from router.http.proxy import WorkerConnection
 from router.layout import StateLayout
 from router.sessions import statefiles
 from router.sessions.control import ControlSession
 from router.sessions.state_save import BrowserStateSaver
 from router.sessions.table import Session
+from router.upstream.connection import WorkerConnection
 from tests.support.saved import SavingControl
 
 A = "http://127.0.0.1:8000/a"

@@ -11,7 +11,6 @@ from typing import Any, cast
 import anyio
 import pytest
 
-from router.http.proxy import WorkerConnection
 from router.layout import StateLayout
 from router.sessions import statefiles
 from router.sessions.control import ControlError, ControlSession
@@ -19,6 +18,7 @@ from router.sessions.restore import RestoreProgress, restore_browser
 from router.sessions.state_save import BrowserStateSaver
 from router.sessions.table import Session
 from router.sessions.unrestored import Unrestored, left_out, merged_storage, merged_tabs
+from router.upstream.connection import WorkerConnection
 from tests.support.saved import SavingControl
 
 A = "http://127.0.0.1:8000/a"

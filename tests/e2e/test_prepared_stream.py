@@ -11,11 +11,11 @@ from typing import Any, Final, cast
 
 import anyio
 
-from router.http.proxy import WorkerConnection
-from router.http.sse import EventSplitter, event_json
+from router.protocol.sse import EventSplitter, event_json
 from router.sessions.control import ControlSession
 from router.sessions.prepared_stream import PreparedStream
 from router.sessions.table import Session
+from router.upstream.connection import WorkerConnection
 from tests.e2e.claude_code import DirectWorker
 from workers.supervisor import Worker
 

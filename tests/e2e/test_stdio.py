@@ -8,7 +8,7 @@ from typing import Any
 
 import mcp_types as types
 
-from router.cli.api_client import fetch_live_sessions_at
+from router.api_client import fetch_live_sessions_at
 from tests.support import TEST_TOKEN, RouterThread, wait_for
 from tests.support.stdio import bridged_session, bridged_session_id
 

@@ -17,7 +17,7 @@ import anyio
 import httpx
 import pytest
 
-from router.cli.api_client import fetch_live_sessions
+from router.api_client import fetch_live_sessions
 from router.operator import memory
 from tests.support import TEST_TOKEN, RawClient, RouterThread, auth_headers, spare_port
 from workers.orphans import processes_for

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from router.cli import main
+from router.cli import doctor, main
 from router.http.auth import load_or_create_token
-from router.operator import doctor
 from router.record import schema
 from tests.support import RouterThread, router_settings, spare_port
 
@@ -181,7 +180,7 @@ def test_old_node_warns_and_too_old_fails(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_doctor_tells_whether_a_router_holds_the_state_dir(tmp_path: Path) -> None:
-    from router.operator.doctor import check_state_lock
+    from router.cli.doctor import check_state_lock
     from router.state_lock import StateLock
 
     assert "no router holds" in check_state_lock(tmp_path).message

@@ -17,7 +17,7 @@ from router.catalog.paging import CatalogError, page
 from router.catalog.prompts import BUILTIN_DIR, PromptLibrary
 from router.catalog.resources import ResourceCatalog, uri
 from router.catalog.session_view import Answer, SessionView, tabs_of
-from router.http.messages import parse
+from router.protocol.messages import parse
 from router.record.snapshots import summarize
 from router.sessions.table import Session
 from tests.support import RouterThread

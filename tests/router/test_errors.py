@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from router.http.errors import BadRequest, RouterError, ServiceUnavailable
+from router.errors import BadRequest, RouterError, ServiceUnavailable
 
 
 def _body_id(exc: RouterError, *args: object) -> object:

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Final
 
-from router.http.upstream_pool import UpstreamPool
+from router.upstream.pool import UpstreamPool
 from tests.router.expect_client import post_expecting_continue
 from tests.support import RawClient, RouterThread, wait_recorded
 from tests.support.client import ref_of, text_of

@@ -13,8 +13,8 @@ from typing import Any, Final
 import httpx
 import pytest
 
-from router.http.errors import ParseError
-from router.http.messages import MAX_JSON_DEPTH, parse
+from router.errors import ParseError
+from router.protocol.messages import MAX_JSON_DEPTH, parse
 from router.record.recorder import Recorder
 from router.sessions import statefiles
 from router.sessions.handshake import HandshakeCache

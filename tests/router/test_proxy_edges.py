@@ -18,7 +18,7 @@ from router.http import endpoint
 from router.http.app import build_supervisor
 from router.http.limits import MAX_HEAD_BYTES
 from router.http.streaming import NO_ANSWER
-from router.http.upstream_pool import UpstreamPool
+from router.upstream.pool import UpstreamPool
 from tests.support import RawClient, RouterThread, messages_of, router_settings, spare_port, wait_recorded
 from tests.support.scripted_worker import CLOSE, READ_TIMEOUT, InParts, ScriptedWorker, ThenClose, http_answer
 from tests.support.sse import iter_sse

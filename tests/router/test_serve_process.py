@@ -38,6 +38,7 @@ def test_signal_ends_every_worker_within_ten_seconds(state_dir: Path, sig: signa
 def test_orphans_of_a_killed_router_are_ended_at_next_start(state_dir: Path) -> None:
     with serve_process(state_dir) as server, RawClient(server.url) as c:
         c.initialize()
+        c.start_worker()
         assert processes_for(state_dir, c.session_id)
         server.proc.kill()
         server.proc.wait()

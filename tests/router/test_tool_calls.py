@@ -15,8 +15,8 @@ import pytest
 
 from router.http import endpoint
 from router.http.exchange import Exchange
-from router.http.upstream import HIGH_WATER
-from router.http.upstream_pool import UpstreamPool
+from router.upstream.client import HIGH_WATER
+from router.upstream.pool import UpstreamPool
 from tests.support import (
     RawClient,
     RouterThread,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from router.http.errors import BadRequest, ParseError
-from router.http.messages import Kind, parse
-from router.http.proxy import downstream_headers, upstream_headers
+from router.errors import BadRequest, ParseError
 from router.http.security import OriginPolicy, split_host
-from router.http.sse import EventSplitter, encode_event, event_data, event_id
+from router.protocol.messages import Kind, parse
+from router.protocol.sse import EventSplitter, encode_event, event_data, event_id
 from router.sessions.table import SessionTable, check_session_id
+from router.upstream.connection import downstream_headers, upstream_headers
 
 
 def test_upstream_headers_drop_hop_by_hop_and_swap_identity() -> None:

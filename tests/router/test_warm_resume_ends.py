@@ -14,7 +14,7 @@ from typing import Any, Final
 import anyio
 import pytest
 
-from router.http.errors import WorkerUnreachable
+from router.errors import WorkerUnreachable
 from router.sessions.control import ControlError, ControlSession
 from router.sessions.table import ENDED, Session, State
 from tests.router.test_resume_reserve import RESERVE_FILLED, clients_of, put_to_sleep

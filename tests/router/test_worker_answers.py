@@ -14,9 +14,9 @@ from typing import Any, Final
 import pytest
 
 from router.http import exchange as exchange_module
-from router.http.upstream_pool import UpstreamPool
 from router.record import rows
 from router.record.worker_answer import read_answer
+from router.upstream.pool import UpstreamPool
 from tests.support import REF_KEY, RawClient, RouterThread, wait_recorded
 from tests.support.scripted_worker import ScriptedWorker, http_answer
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from router.http.proxy import WorkerConnection
 from router.sessions.asked import MAX_ASKED, WorkerQuestions
 from router.sessions.roots import ROUTER_ID_PREFIX
 from router.types import CANCELLED
+from router.upstream.connection import WorkerConnection
 
 WORKER = cast(WorkerConnection, object())  # compared by identity only
 OTHER_WORKER = cast(WorkerConnection, object())

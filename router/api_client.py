@@ -38,7 +38,7 @@ def fetch_live_sessions(
 def fetch_live_sessions_at(
     url: str, *, token: str | None = None, timeout: float = TIMEOUT
 ) -> list[dict[str, Any]] | None:
-    """The same from a base URL, e.g. the one ``router.cli.admin.running_router(state_dir)`` finds."""
+    """The same from a base URL, e.g. the one ``router.router_file.running_router(state_dir)`` finds."""
     try:
         response = httpx.get(
             f"{url.rstrip('/')}/api/sessions", headers=bearer(token), timeout=timeout, trust_env=False

@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterable
 from typing import Final
 from urllib.parse import urlsplit
 
-from router.http.upstream import UpstreamError, UpstreamResponse
-from router.http.upstream_pool import UpstreamPool
 from router.types import H_SESSION_ID, SSE_HEADERS
+from router.upstream.client import UpstreamError, UpstreamResponse
+from router.upstream.pool import UpstreamPool
 from workers.ports import LOOPBACK
 from workers.supervisor import Worker
 

@@ -25,7 +25,7 @@ from typing import Final
 
 import httpx
 
-from router.cli.api_client import base_url
+from router.api_client import base_url
 from router.cli.service_unit import UNIT_NAME
 from router.http.auth import WeakToken, read_token, token_path
 from router.layout import StateLayout

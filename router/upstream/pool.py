@@ -7,7 +7,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 
-from router.http.upstream import (
+from router.upstream.client import (
     CONNECT_TIMEOUT,
     ConnectFailed,
     UpstreamConnection,

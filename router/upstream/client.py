@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Final, cast
 import httptools
 
 if TYPE_CHECKING:
-    from router.http.upstream_pool import UpstreamPool
+    from router.upstream.pool import UpstreamPool
 
 CONNECT_TIMEOUT: Final = 5.0
 # Node closes idle keep-alive sockets after 5 s; dropping ours first means a request never goes

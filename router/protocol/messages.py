@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Final
 
-from router.http.errors import BadRequest, ParseError
+from router.errors import BadRequest, ParseError
 from router.types import JsonObject, JsonRpcId
 
 # MCP messages are shallow (a tools/call's arguments are a few levels in); the record, session.json

@@ -1,0 +1,1 @@
+"""The wire: one JSON-RPC message as the endpoint reads it, and SSE framing."""

@@ -1,0 +1,21 @@
+"""A snapshot of what the session manager's parts hold, for /healthz and /metrics: they read it,
+never the parts themselves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerStats:
+    sessions: int  # known to this run and not ended (a previous run's are loaded on first use)
+    by_state: dict[str, int] = field(default_factory=dict)
+    live_workers: int = 0  # worker processes alive
+    slots: int = 0  # worker slots held or being filled: equal to live_workers once settled
+    warm_workers: int = 0  # ready in the pool (--warm-workers, the resume reserve)
+    warm_pokes: int = 0  # calls that kept waiting warm workers warm
+    saves_written: int = 0  # browser state saves that changed state.json
+    saves_unchanged: int = 0  # saves that found it holding the same state
+    accepting: bool = True  # an initialize would be taken now
+    max_sessions: int = 0
+    max_live_workers: int = 0
