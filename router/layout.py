@@ -11,7 +11,7 @@
     <state>/cache/node-compile/       V8's compile cache, shared by every worker (workers/node.py)
 
 ``workers/`` computes the session, output, profile, pid and compile cache paths itself (it must not import the
-router); tests/router/test_layout.py checks that both agree.
+router); tests/unit/router/test_layout.py checks that both agree.
 """
 
 from __future__ import annotations

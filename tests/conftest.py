@@ -1,8 +1,10 @@
 """The suite's fixtures, one home each; the helpers they build on are in tests/support.
 
-Tiers: a test that uses the ``chromium`` fixture (itself or through another fixture, such as
-``pw_router``) drives the real browser and is marked ``e2e``; nothing else is, and outside e2e the
-router cannot find a browser to launch. ``-m "not e2e"`` is the fast tier.
+Tiers, by folder: ``tests/unit`` runs in this process (no subprocess at all), ``tests/integration``
+runs routers against the stdlib stand-in worker, ``tests/e2e`` drives the real @playwright/mcp worker
+and Chromium. A test that uses the ``chromium`` fixture (itself or through another fixture, such as
+``pw_router``) is marked ``e2e`` and must live in ``tests/e2e``; outside it the router cannot find a
+browser to launch.
 """
 
 from __future__ import annotations
@@ -29,10 +31,21 @@ NO_BROWSER = "/nonexistent/browser-outside-e2e"
 SHARED_ROUTER_IDLE_TIMEOUT = 600.0
 
 
+E2E_DIR = Path(__file__).parent / "e2e"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    misplaced = []
     for item in items:
         if "chromium" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.e2e)
+            if E2E_DIR not in item.path.parents:
+                misplaced.append(item.nodeid)
+    if misplaced:
+        raise pytest.UsageError(f"tests that drive the real browser belong in tests/e2e: {misplaced}")
+    # The lifecycle model is one test of minutes: handed out first, it runs beside all the others
+    # instead of after them (xdist gives files out in this order).
+    items.sort(key=lambda item: item.get_closest_marker("model") is None)
 
 
 @pytest.fixture(autouse=True)

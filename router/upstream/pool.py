@@ -1,5 +1,5 @@
 """Kept-alive sockets to one worker (``UpstreamPool``), and a request written on one of them: the
-router's HTTP/1.1 client to its workers is this and ``upstream.py`` (the exchange, the socket)."""
+router's HTTP/1.1 client to its workers is this and ``client.py`` (the exchange, the socket)."""
 
 from __future__ import annotations
 

@@ -119,7 +119,7 @@ def test_harness_against_a_direct_worker(direct: DirectWorker, pages: str) -> No
 def test_worker_kill_9_then_call(steady: RouterThread, pages: str, racing: bool) -> None:
     # Racing, the call is sent the moment the worker's group is killed: it may find the port
     # refused, or a kept-alive socket that the dying node resets while its listener still accepts
-    # (pinned with the stand-in worker in tests/continuity/test_supervision.py).
+    # (pinned with the stand-in worker in tests/integration/continuity/test_supervision.py).
     with ClaudeCodeClient(steady.url) as cc:
         before = signed_in_and_saved(cc, steady, pages, "kill")
         pid = worker_pid(base_of(steady), cc.session_id)

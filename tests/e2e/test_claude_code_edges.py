@@ -19,8 +19,8 @@ from router.sessions.serving import RELAY_WAIT
 from router.sessions.table import Session
 from tests.e2e.cc_steps import CALL_LIMIT, PINGS_WITHIN
 from tests.e2e.claude_code import ClaudeCodeClient
-from tests.router.test_lost_worker_session import refused_as_lost
-from tests.router.test_worker_session_reopen import forget_worker_session
+from tests.integration.router.test_lost_worker_session import refused_as_lost
+from tests.integration.router.test_worker_session_reopen import forget_worker_session
 from tests.support import RawClient, RouterThread, messages_of, text_of, wait_for, wait_recorded
 from tests.support.in_thread import cancelled_while_waiting, post_in_thread
 

@@ -30,7 +30,7 @@ from tests.e2e.cc_steps import (
     worker_of,
 )
 from tests.e2e.claude_code import ClaudeCodeClient
-from tests.router.test_worker_session_reopen import REOPENED, HeldReopens, forget_worker_session
+from tests.integration.router.test_worker_session_reopen import REOPENED, HeldReopens, forget_worker_session
 from tests.support import (
     RouterThread,
     playwright_router,

@@ -18,8 +18,8 @@ from router.sessions import prepared_stream
 from router.sessions.roots import ROOTS_METHOD, ROUTER_ID_PREFIX
 from router.sessions.table import Session
 from tests.e2e.claude_code import ClaudeCodeClient
-from tests.router.test_session_stream import HeldStream
-from tests.router.test_warm_pool import router_loop_call
+from tests.integration.router.test_session_stream import HeldStream
+from tests.integration.router.test_warm_pool import router_loop_call
 from tests.support import RawClient, RouterThread, messages_of, playwright_router, text_of, wait_for
 
 ROOTS_WITHIN: Final = 10.0  # the router asks as soon as the client's GET stream opens

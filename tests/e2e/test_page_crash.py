@@ -7,7 +7,7 @@ back, with the same cookie and the old ref. Before, the client met Playwright's 
 about:blank with nothing said, and a save taken then kept the blank tab for the next resume. The
 browser being fine, the worker is restarted without the restart budget's backoff (counted all
 the same: a page that crashes on every load degrades its session as a crashing worker would).
-(The signs, and the save's part, with stand-ins: tests/continuity/test_page_crash.py.)
+(The signs, and the save's part, with stand-ins: tests/unit/continuity/test_page_crash.py.)
 """
 
 from __future__ import annotations

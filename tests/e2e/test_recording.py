@@ -7,7 +7,7 @@ import json
 import sqlite3
 from typing import Any
 
-from tests.operator.test_metrics import scrape
+from tests.integration.operator.test_metrics import scrape
 from tests.support import RawClient, RouterThread, find_ref, ref_of, run_cli, text_of, wait_recorded
 
 

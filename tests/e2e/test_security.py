@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from tests.router.expect_client import post_expecting_continue
+from tests.integration.router.expect_client import post_expecting_continue
 from tests.support import TEST_TOKEN, RawClient, RouterThread, initialize_body, playwright_router, wait_for
 from tests.support.client import ref_of, text_of
 from tests.support.wait import wait_recorded

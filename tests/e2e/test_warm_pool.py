@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from router.sessions.table import State
-from tests.router.test_warm_pool import router_loop_call
+from tests.integration.router.test_warm_pool import router_loop_call
 from tests.support import RawClient, RouterThread, find_ref, router_settings, wait_for, wait_saved
 from workers.orphans import processes_for
 

@@ -1,0 +1,55 @@
+"""Sequences the lifecycle model found, shrunk, kept as ordinary tests: each fails on the tree
+that had the bug. (Steps as hypothesis prints them; the invariants run after each, as there.)"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.integration.model.model import LifecycleModel
+
+pytestmark = pytest.mark.model
+
+Step = Callable[[LifecycleModel], object]
+
+
+@pytest.fixture
+def model() -> Iterator[LifecycleModel]:
+    machine = LifecycleModel()
+    try:
+        yield machine
+    finally:
+        machine.teardown()
+
+
+def replay(model: LifecycleModel, *steps: Step) -> None:
+    for step in steps:
+        step(model)
+        model.router_agrees()
+        model.every_answer_recorded_once()
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.1])
+def test_a_call_on_a_session_deleted_while_it_resumed_is_404(model: LifecycleModel, delay: float) -> None:
+    """The call waited for its worker to come back; the DELETE ended the session meanwhile: the
+    call got 502 'Worker not available' (a worker failure, to a client that must not retry
+    there) where the session had ended: 404."""
+    replay(
+        model,
+        lambda m: m.start(max_live_workers=1, max_sessions=3, resume_reserve=0),
+        lambda m: m.open_session(claude_code=False),
+        lambda m: m.call(index=0, tool="browser_click"),
+        lambda m: m.pass_idle_time(),
+        lambda m: m.delete_during_call(index=0, delay=delay),
+    )
+
+
+def test_an_initialize_during_the_start_up_probe_waits_for_it(model: LifecycleModel) -> None:
+    """At --max-live-workers 1 the start-up handshake probe holds the one worker slot: a client's
+    initialize arriving then spawned a worker of its own for the handshake and was refused 503."""
+    replay(
+        model,
+        lambda m: m.start(max_live_workers=1, max_sessions=3, resume_reserve=0),
+        lambda m: m.open_session(claude_code=True),
+    )
