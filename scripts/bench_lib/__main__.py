@@ -92,6 +92,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--aged-reps", type=int, default=5, help="conversations per router in `aged` (default 5)")
     p.add_argument("--spaced-gap", type=float, default=spaced.SPACED_GAP, help="seconds between calls (`spaced`)")
     p.add_argument("--spaced-reps", type=int, default=10, help="spaced calls of each kind (`spaced`, default 10)")
+    p.add_argument(
+        "--commit-calls", type=int, default=500, help="timed calls per answer kind and level in `commit` (default 500)"
+    )
     p.add_argument("--node-reps", type=int, default=5, help="rounds of the worker's node start-up (0: skip)")
     p.add_argument("--v8-compile-cache", type=Path, help="v8-compile-cache.js: also time node with it")
     p.add_argument("--newer-node", type=Path, help="a newer node binary: also time it with NODE_COMPILE_CACHE")
@@ -255,8 +258,8 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
 
     if "commit" in a.only:
         await m.quiet("commit")
-        m.say("commit: what a tool answer waits for before it leaves (its rows durable), in-process")
-        out += [*commit.table(await commit.measure()), ""]
+        m.say("commit: what a tool answer waits for before it leaves (its rows committed), in-process")
+        out += [*commit.table(await commit.measure(calls=a.commit_calls, warmup=max(20, a.commit_calls // 10))), ""]
 
     if {"memory", "throughput"} & a.only:
         out += await load_phase.run(a, env, page)

@@ -32,13 +32,15 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
             env.registry.stop(router.child)
 
     if {"memory", "throughput"} & a.only:
-        levels = (a.browsing if "memory" in a.only else []) + ([a.concurrency] if "throughput" in a.only else [])
+        levels = sorted(
+            set((a.browsing if "memory" in a.only else []) + ([a.concurrency] if "throughput" in a.only else []))
+        )
         m.say(f"browsing sessions {levels} on a fresh router (each navigated: one Chromium per session)")
         router = start_router(env, "router-browse")
         sessions = []
         tp: m.ThroughputResult | None = None
         try:
-            for level in sorted(set(levels)):
+            for level in levels:
                 sessions += await m.open_sessions(router, level - len(sessions), page)
                 await asyncio.sleep(1.0)
                 mem_rows.append(m.memory_row(router, sessions, "browsing (navigated)"))
