@@ -15,9 +15,8 @@ from bench_lib.client import CallError
 from bench_lib.handshakes import CLICK, REAP_IDLE, open_page, wait_reaped
 from bench_lib.handshakes_report import at_once_table, first_call_table
 from bench_lib.handshakes_resume import AtOnceRow, FirstCallRow, cc_conversation
-from bench_lib.measure import pct, quiet, say, wait_pool
+from bench_lib.measure import quiet, say, wait_pool
 from bench_lib.procs import tree_cpu_seconds
-from bench_lib.report import Goal
 from bench_lib.targets import Env, Target, start_router
 
 from router.types import ACTION_HEADER
@@ -130,18 +129,4 @@ def tables(firsts: list[FirstCallRow], resumes: list[AtOnceRow], idle: float) ->
         "",
         *at_once_table(resumes, f"Resume after the reserve's worker waited {idle:.0f} s (`browser_click` on the ref "
                        f"taken before the pause; Claude-Code-shaped)"),
-    ]
-
-
-def goals(firsts: list[FirstCallRow], resumes: list[AtOnceRow], idle: float) -> list[Goal]:
-    kept, cold = firsts
-    note = f"{pct(kept.first, 50):.1f} ms vs {pct(kept.steady, 50):.1f} ms" if kept.first and kept.steady else ""
-    if (ratio := cold.ratio()) is not None:
-        note += f"; not kept warm: {ratio:.2f}×"
-    kept_resume, cold_resume = resumes
-    resume = f"resume p50 after the reserve's worker waited {idle:.0f} s (goal for an idle machine)"
-    cold_s = cold_resume.p50_s()
-    return [
-        Goal(f"first call after a warm worker waited {idle:.0f} s ÷ steady call", kept.ratio(), 1.2, note=note),
-        Goal(resume, kept_resume.p50_s(), 0.8, unit=" s", note=f"not kept warm: {cold_s:.2f} s" if cold_s else ""),
     ]

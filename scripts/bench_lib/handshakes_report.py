@@ -1,4 +1,4 @@
-"""The handshakes phase's tables and goals (bench_lib/handshakes.py measures)."""
+"""The handshakes phase's tables and its resume goals (bench_lib/handshakes.py measures)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import statistics
 
 from bench_lib.handshakes import PING_WITHIN, HandshakeResults
 from bench_lib.handshakes_resume import STEADY_CALLS, AtOnce, AtOnceRow, FirstCallRow
-from bench_lib.measure import med_ms, pct
+from bench_lib.measure import pct
 from bench_lib.report import Goal
 
 
@@ -87,18 +87,6 @@ def first_call_table(
     return out
 
 
-def first_call_goals(rows: list[FirstCallRow]) -> list[Goal]:
-    return [
-        Goal(
-            f"first call after warm `initialize` ÷ steady call ({row.label})",
-            row.ratio(),
-            1.2,
-            note=f"{_ms(row.first)} ms vs {_ms(row.steady)} ms",
-        )
-        for row in rows
-    ]
-
-
 def resume_tables(r: HandshakeResults) -> list[str]:
     out: list[str] = []
     out += first_call_table(r.first_calls)
@@ -149,30 +137,10 @@ def at_once_goals(once: AtOnce) -> list[Goal]:
 
 
 def goals(r: HandshakeResults) -> list[Goal]:
-    out: list[Goal] = []
-    d_init = med_ms(r.direct.init) if r.direct.init else None
-    cold = med_ms(r.router_first.init) if r.router_first.init else None
-    out.append(
-        Goal(
-            "router `initialize`, just started, no pool ÷ direct `initialize`",
-            None if cold is None or not d_init else cold / d_init,
-            1.5,
-            note="" if cold is None or d_init is None else f"{cold:.1f} ms vs {d_init:.1f} ms",
-        )
-    )
-    c = r.routed_at_once
-    out.append(
-        Goal(
-            f"{c.at_once} concurrent `initialize` through the router, p50",
-            pct(c.init, 50) if c.init else None,
-            250,
-            unit=" ms",
-            note=f"direct worker: {_ms(r.direct_at_once.init)} ms" + (f"; {c.errors} errors" if c.errors else ""),
-        )
-    )
+    """The resume goals: one session's first call after a reap, and sessions resuming at once."""
     resumed = r.resumed
     fails = f"; {resumed.failures} of {len(resumed.calls) + resumed.failures} failed" if resumed.failures else ""
-    out.append(
+    out = [
         Goal(
             "resume p50: first call after a reap, one session (Claude-Code-shaped client; goal for an idle machine)",
             pct(resumed.calls, 50) / 1000 if resumed.calls else None,
@@ -180,20 +148,7 @@ def goals(r: HandshakeResults) -> list[Goal]:
             unit=" s",
             note=f"direct worker's click: {_ms(r.direct_click.calls)} ms{fails}",
         )
-    )
-    out += first_call_goals(r.first_calls)
+    ]
     if r.at_once is not None:
         out += at_once_goals(r.at_once)
-    worst: float | None = max(resumed.ping_after) if resumed.ping_after else None
-    if resumed.no_ping:
-        worst = float("inf")
-    out.append(
-        Goal(
-            "pings resumed after the resumed call's answer (worst session)",
-            worst,
-            5.0,
-            unit=" s",
-            note=f"no ping within {PING_WITHIN:.0f} s in {resumed.no_ping} sessions" if resumed.no_ping else "",
-        )
-    )
     return out

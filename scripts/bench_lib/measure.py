@@ -80,7 +80,7 @@ def tool_args(tool: str, ref: str) -> dict[str, Any]:
 @dataclass
 class LatencyResult:
     samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # target → tool → seconds
-    cpu_ms_per_call: dict[str, float] = field(default_factory=dict)  # routers, relays → CPU ms per call
+    cpu_ms_per_call: dict[str, float] = field(default_factory=dict)  # routers → CPU ms per call
 
 
 async def latency(
@@ -138,22 +138,6 @@ async def latency(
             await s.delete()
             await s.http.aclose()
     return result
-
-
-async def routed_loop(target: Target, page: str, seconds: float) -> int:
-    """Routed tool calls for a while (what the profiler watches); returns the call count."""
-    s = McpSession(target.endpoint, new_http(1))
-    ref = await open_page(s, page)
-    n, end = 0, time.perf_counter() + seconds
-    try:
-        while time.perf_counter() < end:
-            for tool in TOOLS[:2]:  # the click mostly waits in the worker (~0.5 s settle)
-                await s.call(tool, **tool_args(tool, ref))
-                n += 1
-    finally:
-        await s.delete()
-        await s.http.aclose()
-    return n
 
 
 # -- 2. initialize and first tool call --------------------------------------------------------------
@@ -281,7 +265,7 @@ class ThroughputResult:
     errors: int = 0
     latencies: list[float] = field(default_factory=list)
     first_error: str = ""
-    cpu_ms_per_call: float | None = None  # user + system of the serving process (the router, or a floor relay)
+    cpu_ms_per_call: float | None = None  # user + system of the router
     # Its CPU while the same sessions sit idle (the router's health checks, timers): a per-second
     # cost that the loop's calls/s spread over each call.
     idle_cpu_ms_per_s: float | None = None

@@ -81,10 +81,6 @@ def ratio(lat: LatencyResult, direct: str, name: str, q: float, tool: str) -> fl
     return pct(lat.samples[name][tool], q) / pct(lat.samples[direct][tool], q)
 
 
-def worst_ratio(lat: LatencyResult, direct: str, name: str, q: float) -> tuple[float, str]:
-    return max((ratio(lat, direct, name, q, t), t) for t in lat.samples[direct])
-
-
 def init_table(rows: dict[str, InitResult]) -> list[str]:
     lines = [
         "| path | n | `initialize` ms (median) | first `browser_navigate` ms | steady `browser_navigate` ms "
@@ -116,21 +112,16 @@ def memory_table(rows: list[MemoryRow]) -> list[str]:
     return lines
 
 
-def throughput_table(rows: list[tuple[str, ThroughputResult]]) -> list[str]:
-    """One row per serving process (the router, and the floor's relays at the same load)."""
-    lines = [
-        "| serving process | sessions | seconds | calls | calls/s | errors | p50 ms | p95 ms | its CPU ms per call | "
-        "its CPU ms/s idle |",
-        "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+def throughput_table(t: ThroughputResult) -> list[str]:
+    p50 = f"{pct(t.latencies, 50):.0f}" if t.latencies else "—"
+    p95 = f"{pct(t.latencies, 95):.0f}" if t.latencies else "—"
+    err = f"{t.errors} ({t.first_error})" if t.errors else "0"
+    cpu = f"{t.cpu_ms_per_call:.2f}" if t.cpu_ms_per_call is not None else "—"
+    idle = f"{t.idle_cpu_ms_per_s:.1f}" if t.idle_cpu_ms_per_s is not None else "—"
+    return [
+        "| sessions | seconds | calls | calls/s | errors | p50 ms | p95 ms | router CPU ms per call "
+        "| router CPU ms/s idle |",
+        "|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+        f"| {t.sessions} | {t.seconds:.1f} | {t.calls} | {t.calls / t.seconds:.1f} | {err} | {p50} | {p95} "
+        f"| {cpu} | {idle} |",
     ]
-    for label, t in rows:
-        p50 = f"{pct(t.latencies, 50):.0f}" if t.latencies else "—"
-        p95 = f"{pct(t.latencies, 95):.0f}" if t.latencies else "—"
-        err = f"{t.errors} ({t.first_error})" if t.errors else "0"
-        cpu = f"{t.cpu_ms_per_call:.2f}" if t.cpu_ms_per_call is not None else "—"
-        idle = f"{t.idle_cpu_ms_per_s:.1f}" if t.idle_cpu_ms_per_s is not None else "—"
-        lines.append(
-            f"| {label} | {t.sessions} | {t.seconds:.1f} | {t.calls} | {t.calls / t.seconds:.1f} | {err} | {p50} "
-            f"| {p95} | {cpu} | {idle} |"
-        )
-    return lines

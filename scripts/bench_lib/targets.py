@@ -13,9 +13,10 @@ from pathlib import Path
 
 import httpx
 from bench_lib.client import Endpoint
-from bench_lib.procs import Registry, Spawned, end_processes, processes_for, wait_port
+from bench_lib.procs import Registry, Spawned, wait_port
 
 from workers.node import node_executable
+from workers.orphans import end_processes, processes_for
 from workers.ports import spare_port
 from workers.spec import CAPS_FLAG, ROUTER_CAPS
 
