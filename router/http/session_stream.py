@@ -6,7 +6,9 @@ one (first use, resume after a reap, a crash, a hibernation or a router restart,
 client's), it is joined to that worker session's own stream at once, leaving the old one, so
 the worker's pings and ``roots/list`` reach the client before its first call needs the answer.
 No worker is ever spawned for a GET. A new GET from the client takes over from an old one it has
-given up on (a worker accepts one stream per session). The worker's requests reach the client under
+given up on; the worker's own stream goes on to the new one untouched (a worker accepts one stream
+per session, and what it wrote while its stream was closing would be lost: a ``roots/list`` that its
+tool call then waits for in vain). The worker's requests reach the client under
 ids of the session's own (router/sessions/asked.py). A worker session the worker ended (its GET
 answered 404) is noted at once: the next request reopens one instead of waiting for this relay.
 """
@@ -17,6 +19,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import anyio
@@ -25,7 +28,7 @@ from starlette.types import Receive, Scope, Send
 from router.http.one_way import SESSION_LOST
 from router.http.streaming import Writer, run_stream, send_start
 from router.protocol.sse import KEEPALIVE_COMMENT, EventSplitter, EventTooLarge, encode_event, event_id, event_json
-from router.sessions.table import ENDED, Session
+from router.sessions.table import ENDED, ParkedStream, Session
 from router.types import CANCELLED, H_SESSION_ID, SSE_HEADERS
 from router.upstream.client import UpstreamError
 from router.upstream.connection import WorkerConnection, upstream_headers
@@ -108,9 +111,12 @@ class SessionStream:
     async def _relay_worker_stream(
         self, session: Session, scope: Scope, connection: WorkerConnection, worker_session_id: str, writer: Writer
     ) -> None:
-        held = session.take_adopted_stream(connection)  # open already (prepared_stream.py)
+        parked = session.take_parked_stream(connection, worker_session_id)
+        held = session.take_adopted_stream(connection) if parked is None else None  # prepared_stream.py
         adopted = await held.take() if held is not None else None
-        if adopted is not None:
+        if parked is not None:
+            upstream, rest = parked.upstream, parked.rest
+        elif adopted is not None:
             upstream, rest = adopted.upstream, adopted.rest
         else:
             headers = upstream_headers(
@@ -122,6 +128,7 @@ class SessionStream:
                 return
             rest = b""
         ready: anyio.Event | None = None
+        carry = _Carry(EventSplitter(), [rest] if rest else [])
         try:
             if upstream.status_code != 200:
                 log.debug("worker refused the GET stream session=%s status=%d", session.id, upstream.status_code)
@@ -140,8 +147,8 @@ class SessionStream:
 
                 tg.start_soon(leave_when_switched)
                 try:
-                    chunks = _after(rest, upstream.aiter_raw())
-                    await _relay_events(session, connection, worker_session_id, chunks, writer)
+                    chunks = _after(rest, upstream.aiter_raw())  # rest: in ``carry`` until fed
+                    await _relay_events(session, connection, worker_session_id, chunks, writer, carry)
                 except UpstreamError:
                     pass  # the worker went away: the client's stream stays, waiting for the next one
                 except Exception as exc:  # re-raised outside the task group, unwrapped
@@ -150,27 +157,47 @@ class SessionStream:
             if failure:
                 raise failure[0]
         finally:
-            await upstream.aclose()
+            if (
+                session.stream.taking_over
+                and upstream.status_code == 200
+                and session.connection is connection
+                and session.worker_session_id == worker_session_id
+            ):
+                session.parked_stream = ParkedStream(connection, worker_session_id, upstream, carry.rest())
+            else:
+                await upstream.aclose()
             if ready is not None and session.relay_ready is ready:
                 # No relay stands any more (taken over, or the worker's stream ended): the next
                 # request waits for the next one, or the worker would ask into a closed stream.
                 session.relay_ready = anyio.Event()
 
 
+@dataclass(slots=True)
+class _Carry:
+    """What a relay read of a worker's stream and has not written to the client yet."""
+
+    splitter: EventSplitter
+    unsent: list[bytes] = field(default_factory=list)  # as the worker sent them, not yet fed or written
+
+    def rest(self) -> bytes:
+        return b"".join(self.unsent) + self.splitter.rest()
+
+
 async def _relay_events(
     session: Session, connection: WorkerConnection, worker_session_id: str, chunks: AsyncIterator[bytes],
-    writer: Writer,
+    writer: Writer, carry: _Carry,
 ) -> None:
     """A worker's stream, whole events, into the client's; the worker's requests under ids of the
     session's own (router/sessions/asked.py), so that the client's answers go back to the worker
     session that asked, and only to it."""
-    splitter = EventSplitter()
+    splitter = carry.splitter
     async for chunk in chunks:
         try:
             events = splitter.feed(chunk)
         except EventTooLarge as exc:  # dropped whole; the events before it still go
             log.warning("dropped an oversized event on session=%s's stream: %s", session.id, exc)
             events = exc.events
+        carry.unsent = events
         if not events:
             continue
         # Parsed only when it may be a request or a cancel of one; the rest goes as it came.
@@ -181,8 +208,10 @@ async def _relay_events(
             for event in events
         ]
         # Cut short only before a write or after it, never within: uvicorn writes a body
-        # whole once it stops waiting for the socket, so the client never gets half an event.
+        # whole once it stops waiting for the socket, so the client never gets half an event,
+        # and events a take-over cut off go to the next stream (``carry``).
         await writer(b"".join(relayed))
+        carry.unsent = []
 
 
 def _renumbered(session: Session, connection: WorkerConnection, worker_session_id: str, event: bytes) -> bytes:

@@ -24,6 +24,7 @@ from workers.health import RestartBudget
 if TYPE_CHECKING:
     from router.sessions.control import ControlSession
     from router.sessions.prepared_stream import PreparedStream
+    from router.upstream.client import UpstreamResponse
     from router.upstream.connection import WorkerConnection
 
 SESSION_ID_BYTES = 24  # 192 random bits, 32 URL-safe characters
@@ -146,6 +147,8 @@ class Session:
     # A worker's GET stream held by the router (answering its pings) until the client's stream
     # takes it to relay (prepared_stream.py).
     adopted_stream: tuple[WorkerConnection, PreparedStream] | None = None
+    # The worker's GET stream a client stream let go of when a new one took over (session_stream.py).
+    parked_stream: ParkedStream | None = None
     # The worker's session made its first call with the client's roots, given by the router: the
     # worker will not ask the client for them.
     worker_has_roots: bool = False
@@ -166,6 +169,15 @@ class Session:
             return None
         self.adopted_stream = None
         return adopted[1]
+
+    def take_parked_stream(self, connection: WorkerConnection, worker_session_id: str) -> ParkedStream | None:
+        """The parked stream of this worker session, for its next relay; one of another worker
+        session (the session moved on meanwhile) is closed."""
+        parked, self.parked_stream = self.parked_stream, None
+        if parked is None or parked.of(connection, worker_session_id):
+            return parked
+        parked.upstream.close()
+        return None
 
     def drop_adopted_stream(self) -> PreparedStream | None:
         """The held stream nobody will relay any more (the session left that worker or that
@@ -257,6 +269,20 @@ class ClientRequests:
         return len(self._cancelled)
 
 
+@dataclass(frozen=True, slots=True)
+class ParkedStream:
+    """A worker session's GET stream between two client streams, with what was read of it and
+    not yet relayed (``rest``, as the worker sent it)."""
+
+    connection: WorkerConnection
+    worker_session_id: str
+    upstream: UpstreamResponse
+    rest: bytes
+
+    def of(self, connection: WorkerConnection, worker_session_id: str) -> bool:
+        return self.connection is connection and self.worker_session_id == worker_session_id
+
+
 class StreamSlot:
     """The client's one GET stream. A new GET takes the slot over: the old holder is cancelled and
     has let go of the worker's stream (a worker refuses a second one) before the new one starts."""
@@ -266,6 +292,7 @@ class StreamSlot:
         self._released = anyio.Event()
         self._released.set()
         self._claimed = anyio.Event()  # set while a stream holds the slot
+        self._taking_over = False
 
     @property
     def held(self) -> bool:
@@ -275,10 +302,17 @@ class StreamSlot:
         """Returns once a stream holds the slot (at once if one does)."""
         await self._claimed.wait()
 
+    @property
+    def taking_over(self) -> bool:
+        """A new stream waits for the holder to let go: the holder is not simply ending."""
+        return self._taking_over
+
     async def claim(self, scope: anyio.CancelScope) -> None:
         while self._scope is not None:
+            self._taking_over = True
             self._scope.cancel()
             await self._released.wait()
+        self._taking_over = False
         self._scope = scope
         self._released = anyio.Event()
         self._claimed.set()

@@ -11,7 +11,8 @@ as the router can tell:
   Playwright storage-state file, so the router can save a session's browser and bring it back;
 - a session whose client declared ``roots`` is asked ``roots/list`` on its GET stream at its
   first tool call (after waiting up to ``ROOTS_STREAM_WAIT`` for a stream), and that call waits
-  for the answer; every answer says which roots the session got (``### Roots``);
+  for the answer; every answer says which roots the session got (``### Roots``) and how many GET
+  streams it has had (``### Streams``);
 - once a session has had a GET stream and a tool call, it is pinged there every
   ``STANDIN_PING_INTERVAL`` seconds (off when 0) and ended when a ping is not answered within
   ``STANDIN_PING_TIMEOUT`` seconds; one GET stream per session (a second gets 409);
@@ -143,7 +144,7 @@ class McpSession:
     roots: str | None = None  # "none" once asked and not answered
     asked: asyncio.Lock = field(default_factory=asyncio.Lock)
     called: bool = False
-    had_stream: bool = False
+    streams: int = 0  # GET streams this session has had
     pinging: asyncio.Task[None] | None = None
 
 
@@ -196,7 +197,7 @@ class Worker:
                 return
 
     def start_pings(self, session: McpSession) -> None:
-        if PING_INTERVAL > 0 and session.called and session.had_stream and session.pinging is None:
+        if PING_INTERVAL > 0 and session.called and session.streams and session.pinging is None:
             session.pinging = asyncio.get_running_loop().create_task(self.ping_loop(session))
 
     def end(self, session_id: str) -> None:
@@ -257,7 +258,7 @@ class Worker:
             result: dict[str, Any] = {"content": [{"type": "text", "text": f"### Error\n{exc}"}], "isError": True}
         else:
             if roots is not None:
-                text += f"### Roots\n{roots}\n"
+                text += f"### Roots\n{roots}\n### Streams\n{session.streams}\n"
             result = {"content": [{"type": "text", "text": text}]}
         await reply_sse(writer, answer(message["id"], result))
 
@@ -268,7 +269,8 @@ class Worker:
         if session.stream is not None:
             return reply(writer, 409, error(None, -32000, "Conflict: Only one SSE stream is allowed per session"))
         queue: asyncio.Queue[bytes | None] = asyncio.Queue()
-        session.stream, session.had_stream = queue, True
+        session.stream = queue
+        session.streams += 1
         session.stream_changed.set()
         self.start_pings(session)
         writer.write(head(200, {"content-type": "text/event-stream", "transfer-encoding": "chunked"}))
