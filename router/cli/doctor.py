@@ -29,7 +29,7 @@ from router.api_client import base_url
 from router.cli.service_unit import UNIT_NAME
 from router.http.auth import WeakToken, read_token, token_path
 from router.layout import StateLayout
-from router.record import ahead, schema
+from router.record import schema
 from router.settings import Settings
 from router.state_lock import lock_status
 from workers.spec import default_cli_path, sandbox_possible
@@ -194,12 +194,6 @@ def check_database(state_dir: Path) -> Check:
                      "upgrade mcp-router, or move the file aside")
     note = "" if version == schema.SCHEMA_VERSION else f" (migrated to v{schema.SCHEMA_VERSION} on start)"
     opens = f"database {path} opens, schema v{version}{note}"
-    if aside := [p.name for p in ahead.set_aside_files(path)]:
-        return Check(True, f"{opens}; write-ahead rows a replay could not write are kept in {', '.join(aside)}",
-                     "look at them (router/record/ahead.py reads them), then delete them", warning=True)
-    if ahead.holds_rows(path):
-        return Check(True, f"{opens}; {ahead.path_for(path).name} holds answered calls not yet in it",
-                     "a running router commits them within 0.1 s, a stopped one when it next starts", warning=True)
     return Check(True, opens)
 
 

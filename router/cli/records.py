@@ -10,7 +10,6 @@ from typing import Any
 
 from router.cli import tables
 from router.layout import StateLayout
-from router.record import ahead
 from router.record.records import RecordNotFound, Records
 from router.router_file import running_router
 from router.settings import Settings
@@ -46,9 +45,6 @@ def _run(args: argparse.Namespace, job: str) -> int:
     if not path.exists():
         print(f"no record yet at {path} (start the router first, or pass --state-dir)", file=sys.stderr)
         return 1
-    if ahead.holds_rows(path):
-        print(f"note: {ahead.path_for(path).name} holds answered calls not yet in {path.name}; the router writes them "
-              "there once it commits them, or when it next starts", file=sys.stderr)
     try:
         return asyncio.run(_job(layout(args), args, job))
     except RecordNotFound as exc:

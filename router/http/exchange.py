@@ -163,7 +163,7 @@ class Exchange:
         answer = self.take(body)
         if answer is None:
             return body
-        await self.write_ahead()
+        await self.wait_committed()
         return answer
 
     async def failed(self, error: str) -> None:
@@ -176,7 +176,7 @@ class Exchange:
         recorder = self.hooks.recorder
         if recorder is not None:
             recorder.response(self.ref_id, status="error", result=None, error=error, duration_ms=self._elapsed_ms())
-            if self.is_tool_call and not await recorder.write_ahead():
+            if self.is_tool_call and not await recorder.committed():
                 log.warning("call failed without its record session=%s ref=%s", self.session.id, self.ref_id)
         self._end("error")
 
@@ -198,7 +198,7 @@ class Exchange:
     def take(self, payload: bytes) -> bytes | None:
         """When ``payload`` is the answer to this request: records it, hands its summary to the
         catalog and the session, and returns what the client gets (``payload`` itself when
-        untouched); else None, and nothing is done (the write-ahead it must wait for is the
+        untouched); else None, and nothing is done (the commit it must wait for is the
         caller's)."""
         answer = self.read(payload)
         self._read = None
@@ -239,18 +239,18 @@ class Exchange:
         return encode(response)
 
     async def _complete(self, response: dict[str, Any]) -> None:
-        """Records the router's own answer, and waits for its write-ahead."""
+        """Records the router's own answer, and waits for its commit."""
         answer = answer_of(response, tool_call=False)
         assert answer is not None
         self._record(answer)
-        await self.write_ahead()
+        await self.wait_committed()
 
-    async def write_ahead(self) -> None:
+    async def wait_committed(self) -> None:
         """A tool call's row whose answer reaches the client must survive a SIGKILL of the router:
-        in the write-ahead file now, committed by finish(). If it could not be written the client
-        still gets its answer (counted)."""
+        committed before the answer leaves. If it could not be written the client still gets its
+        answer (counted)."""
         recorder = self.hooks.recorder
-        if recorder is not None and self.is_tool_call and not await recorder.write_ahead():
+        if recorder is not None and self.is_tool_call and not await recorder.committed():
             log.warning("call answered without its record session=%s ref=%s", self.session.id, self.ref_id)
 
     def _record(self, answer: WorkerAnswer) -> None:
@@ -297,11 +297,8 @@ class Exchange:
 
     def finish(self) -> None:
         """Counts the exchange and writes its log line, once: called when the client has its
-        answer, so the ~0.1 ms these take is not on the answer's path; so is the commit of what
-        the answer's write-ahead holds."""
+        answer, so the ~0.1 ms these take is not on the answer's path."""
         self.record_request()  # a request cut short before it left, or before any answer
-        if (recorder := self.hooks.recorder) is not None:
-            recorder.settle()
         if self.outcome is None:
             return
         if self.is_tool_call and (browsers := self.hooks.browsers) is not None:

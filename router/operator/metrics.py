@@ -212,11 +212,6 @@ class _LiveCollector(Collector):
                     "Answers whose linked files were read after their row, on the writer thread (since start)",
                     stats.linked_reads,
                 ),
-                (
-                    "recorder_answers_waited",
-                    "Tool answers that waited for a commit, the write-ahead file not taking their rows (since start)",
-                    stats.answers_waited,
-                ),
             ):
                 gauge = GaugeMetricFamily(f"{PREFIX}_{name}", help_text)
                 gauge.add_metric([], number)

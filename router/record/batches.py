@@ -1,8 +1,6 @@
 """Transactions of the record: a batch of queued items, then what their answers linked.
 
-One ``BatchWriter`` per recorder. It runs where the recorder puts it: on the writer thread, or on
-the event loop for a small batch while that thread is idle (the commit an answer waits for then
-costs no thread hops). Only one of the two runs at a time; the recorder sees to that.
+One ``BatchWriter`` per recorder; it runs on the recorder's writer thread.
 
 A batch is one transaction. A database error that would fail every row (disk full, read-only) is
 counted once for the batch; a bad row is isolated and the others are kept. Failures wait in
@@ -25,8 +23,9 @@ from router.record.rows import Enrichment, Item, RowWriter, scrubbed
 log = logging.getLogger("router.record.recorder")
 
 MAX_PENDING_FAILURES: Final = 100
-# The loop may commit, so SQLite's own checkpoint (run by whichever commit crosses its threshold)
-# is off; the writer thread checkpoints after this many commits instead, wherever they were made.
+# SQLite's own checkpoint runs inside whichever commit crosses its threshold, which may be the one a
+# tool answer waits for: it is off, and the writer checkpoints after this many commits instead,
+# once its queue is empty (the answers that waited for the last commit have left).
 CHECKPOINT_EVERY: Final = 200
 
 
@@ -50,23 +49,9 @@ class BatchWriter:
     def note_failure(self, what: str, error: str) -> None:
         self._pending_failures.append((time.time(), what, error))
 
-    def begin_now(self, conn: sqlite3.Connection) -> bool:
-        """Opens a write transaction without waiting (for ``write(begun=True)`` on the event
-        loop; the connection's busy_timeout is 0 there, see writer_thread.py): False when another
-        connection holds the write lock (a reader's cursor write, another process), which the
-        writer thread may wait for but the loop must not."""
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError:
-            return False
-        return True
-
-    def write(
-        self, conn: sqlite3.Connection, batch: Sequence[Item], dropped_total: int, *, begun: bool = False
-    ) -> list[int]:
-        """One transaction for the batch (``begun``: opened already, by ``begin_now``); returns
-        the seqs of the items lost (drop markers included). Never raises: a failure is counted,
-        logged and kept for recorder_failures."""
+    def write(self, conn: sqlite3.Connection, batch: Sequence[Item], dropped_total: int) -> list[int]:
+        """One transaction for the batch; returns the seqs of the items lost (drop markers
+        included). Never raises: a failure is counted, logged and kept for recorder_failures."""
         lost = [item.seq for item in batch if item.kind == "dropped"]
         for item in batch:
             if item.kind == "dropped":
@@ -74,8 +59,7 @@ class BatchWriter:
         items = [item for item in batch if item.kind != "dropped"]
         jobs: list[Enrichment] = []
         try:
-            if not begun:
-                conn.execute("BEGIN")
+            conn.execute("BEGIN")
             for item in items:
                 if (job := self.rows.apply(conn, item)) is not None:
                     jobs.append(job)
@@ -127,27 +111,6 @@ class BatchWriter:
             self._rollback(conn)
             raise
         return job
-
-    def replay(self, conn: sqlite3.Connection, items: Sequence[Item]) -> int:
-        """The write-ahead file of a router that died (``ahead.py``), into SQLite: the items it
-        has not got, one transaction, then what their answers linked; the count lost.
-
-        Commits follow the items' order, so everything up to the last item whose row SQLite has
-        was committed with it; a session's updates after that one are replayed, not guessed at
-        (a state change written ahead by another call's answer, then the crash)."""
-        found = [self.rows.recorded(conn, item) for item in items]
-        last = max((item.seq for item, has in zip(items, found, strict=True) if has), default=0)
-        fresh = [
-            item for item, has in zip(items, found, strict=True) if has is False or (has is None and item.seq > last)
-        ]
-        lost = self.write(conn, fresh, 0) if fresh else []
-        if jobs := self.take_enrichments():
-            self.enrich(conn, jobs)
-        log.warning(
-            "recorder: write-ahead file of a previous run: %d item(s) replayed, %d recorded already, %d lost",
-            len(fresh) - len(lost), len(items) - len(fresh), len(lost),
-        )
-        return len(lost)
 
     def enrich(self, conn: sqlite3.Connection, jobs: Sequence[Enrichment]) -> None:
         """Reads what the answers linked onto their rows (writer thread only: it reads files).

@@ -1,9 +1,9 @@
 """What the proxy tells the record: one queued item per call of these methods.
 
 Each method fixes an item's kind and the layout of its data tuple, which ``rows.RowWriter.apply``
-and ``ahead.read`` take apart again, and guesses the bytes it holds in memory (the queue's byte
-bound). They are the proxy's hot path: synchronous, no await, no disk, no exception (``_put``, the
-recorder's, sees to the last).
+takes apart again, and guesses the bytes it holds in memory (the queue's byte bound). They are the
+proxy's hot path: synchronous, no await, no disk, no exception (``_put``, the recorder's, sees to
+the last).
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ class RecordEnqueue(abc.ABC):
     """The enqueue side of ``Recorder``: what a subclass queues through ``_put``."""
 
     @abc.abstractmethod
-    def _put(self, kind: str, key: str, data: tuple[Any, ...], size: int) -> int:
-        """Queue one item, ``size`` bytes held; its sequence number (0: not queued). Must never
-        raise (the proxy path calls it)."""
+    def _put(self, kind: str, key: str, data: tuple[Any, ...], size: int) -> None:
+        """Queue one item, ``size`` bytes held. Must never raise (the proxy path calls it)."""
 
     def session_opened(
         self, session_id: str, *, client_info: Mapping[str, Any] | None, protocol_version: str | None,
@@ -70,9 +69,8 @@ class RecordEnqueue(abc.ABC):
         self, ref_id: str, *, status: str, result: Any, page_snapshot: str | None = None,
         console_logs: Sequence[str] | None = None, error: str | None = None, duration_ms: float,
         output_dir: Path | None = None, cwd: Path | None = None,
-    ) -> int:
-        """The answer to ``request(ref_id, ...)``. ``status`` is 'success' or 'error'. Returns
-        the item's sequence number (for ``answer_read``; 0: not queued).
+    ) -> None:
+        """The answer to ``request(ref_id, ...)``. ``status`` is 'success' or 'error'.
 
         ``result``: the worker's JSON-RPC result/error as bytes or str (stored verbatim) or as the
         parsed object (JSON-encoded on the writer thread; do not mutate it afterwards).
@@ -80,7 +78,7 @@ class RecordEnqueue(abc.ABC):
         thread extracts them from the answer, reading linked files inside that dir only.
         """
         size = approx_size(result) + approx_size(page_snapshot) + approx_size(console_logs)
-        return self._put(
+        self._put(
             "response", ref_id,
             (status, result, page_snapshot, console_logs, error, duration_ms, output_dir, cwd),
             size + len(error or ""),

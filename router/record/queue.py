@@ -10,11 +10,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from dataclasses import replace
 from typing import Any, Final
 
 from router.record.rows import Item
-from router.record.snapshots import Extracted
 
 log = logging.getLogger("router.record.recorder")
 
@@ -29,9 +27,7 @@ class ItemQueue:
         self.enqueued = 0  # the last sequence number given out
         self.items = 0  # real items queued (drop markers excluded)
         self.bytes = 0
-        self.taken = 0  # the sequence number of the last item taken
         self._queue: deque[Item] = deque()
-        self._reads: dict[int, Extracted] = {}  # Item.read of queued items, by seq (attach)
         self._drop_logged_at = -DROP_LOG_INTERVAL_S
 
     def __len__(self) -> int:
@@ -48,29 +44,8 @@ class ItemQueue:
         self.bytes += size
         return self.enqueued
 
-    def attach(self, seq: int, read: Extracted) -> None:
-        """``read`` goes with the response item ``seq`` if it is still queued (``Item.read``);
-        else it is too late, and the writer reads the answer itself."""
-        if self.taken < seq <= self.enqueued:
-            self._reads[seq] = read
-
-    def newer_than(self, seq: int) -> list[Item]:
-        """The queued items after ``seq``, in order (left queued)."""
-        newer: list[Item] = []
-        for item in reversed(self._queue):
-            if item.seq <= seq:
-                break
-            newer.append(item)
-        newer.reverse()
-        return newer
-
     def take(self, most: int) -> list[Item]:
         batch = [self._queue.popleft() for _ in range(min(len(self._queue), most))]
-        if self._reads:
-            reads = self._reads
-            batch = [replace(item, read=reads.pop(item.seq)) if item.seq in reads else item for item in batch]
-        if batch:
-            self.taken = batch[-1].seq
         for item in batch:
             if item.kind != "dropped":
                 self.items -= 1

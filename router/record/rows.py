@@ -13,7 +13,7 @@ from typing import Any, Final
 from router.layout import StateLayout
 from router.record import files
 from router.record.call_view import inline_images
-from router.record.snapshots import Extracted, extract, normalize_console, summarize, tool_result
+from router.record.snapshots import extract, normalize_console, summarize, tool_result
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,14 +24,8 @@ class Item:
     data: tuple[Any, ...]  # for "dropped": (how many items were refused at this point,)
     seq: int  # position in the stream of items; flush() waits on it
     size: int  # approximate bytes held in memory
-    # A "response": what the loop read of the answer's text once it had left (ItemQueue.attach),
-    # when that came before the item was taken; the row is then written from it, not parsed and
-    # read a second time.
-    read: Extracted | None = None
 
 
-# Where a "response" item's data (Recorder.response) holds paths: output_dir and cwd.
-RESPONSE_PATHS: Final = (6, 7)
 # What an answer's text holds when it has something to read from the worker's files or to
 # parse: a snapshot (inline or linked), new console entries, file links ("- [Title](path)"),
 # console messages listed inline. An answer with none of them needs no Enrichment.
@@ -153,20 +147,6 @@ class RowWriter:
             raise ValueError(f"unknown item kind {item.kind!r}")
         return None
 
-    @staticmethod
-    def recorded(conn: sqlite3.Connection, item: Item) -> bool | None:
-        """Whether SQLite already holds the row ``item`` adds (a replay of the write-ahead file
-        after a crash skips it); None for the items that only update a session's row ("open",
-        "state", "activity"), which no row of their own tells apart."""
-        args: tuple[object, ...]
-        if item.kind in ("request", "response"):
-            sql, args = f"SELECT 1 FROM {item.kind}s WHERE ref_id = ?", (item.key,)
-        elif item.kind == "resumed":
-            sql, args = "SELECT 1 FROM session_events WHERE session_id = ? AND ts = ?", (item.key, item.ts)
-        else:
-            return None
-        return conn.execute(sql, args).fetchone() is not None
-
     def _bump_activity(self, conn: sqlite3.Connection, session_id: str, ts: float) -> None:
         """last_activity stays within ACTIVITY_EVERY_S of the session's last request: a request
         that soon after the last one written leaves it be."""
@@ -191,10 +171,8 @@ class RowWriter:
             # lines) or in small linked files: read for the row itself, not by an enrichment
             # after its commit (a second transaction).
             try:
-                facts = item.read
-                if facts is None:
-                    parsed = tool_result(result)
-                    facts = summarize(parsed) if parsed is not None else None
+                parsed = tool_result(result)
+                facts = summarize(parsed) if parsed is not None else None
                 now = facts.for_record(Path(output_dir)) if facts is not None else None
             except Exception:  # the row first: what went wrong is the enrichment's to meet, apart
                 now = None

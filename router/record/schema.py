@@ -84,7 +84,8 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         """CREATE TABLE responses (
             ref_id        TEXT PRIMARY KEY,
             status        TEXT NOT NULL CHECK (status IN ('success', 'error')),
-            result        TEXT,           -- JSON-RPC result or error exactly as the worker sent it
+            result        TEXT,           -- JSON-RPC result or error, compact JSON; a tool result
+                                          -- as the client got it, its _meta.refId set
             page_snapshot TEXT,           -- YAML exactly as produced (inline or linked file)
             console_logs  TEXT,           -- JSON list of the raw console lines
             error         TEXT,

@@ -20,11 +20,10 @@ class RecordStats:
     failed_batches: int  # batches of which at least one item could not be written
     failed_rows: int  # items that reached the writer and could not be written
     linked_reads: int  # answers whose linked files were read (or kept) after their row, on the writer thread
-    answers_waited: int  # tool answers that waited for a commit: the write-ahead file could not take their rows
     failing: bool  # the last batch lost items (full or read-only disk...): the record is not keeping up
 
     @classmethod
-    def of(cls, queue: ItemQueue, batches: BatchWriter, *, linked_reads: int, answers_waited: int) -> RecordStats:
+    def of(cls, queue: ItemQueue, batches: BatchWriter, *, linked_reads: int) -> RecordStats:
         return cls(
             queue_len=queue.items,
             queue_bytes=queue.bytes,
@@ -34,6 +33,5 @@ class RecordStats:
             failed_batches=batches.failed_batches,
             failed_rows=batches.failures,
             linked_reads=linked_reads,
-            answers_waited=answers_waited,
             failing=batches.last_failed,
         )

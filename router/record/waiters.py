@@ -1,4 +1,4 @@
-"""Who waits on the record's writer: ``flush_rows`` callers (on item sequence numbers) and
+"""Who waits on the record's writer: ``committed`` callers (on item sequence numbers) and
 ``flush`` callers (also on the linked files being read). Loop-side only."""
 
 from __future__ import annotations

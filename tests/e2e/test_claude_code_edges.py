@@ -131,7 +131,7 @@ def test_a_call_with_a_large_header_is_answered_and_recorded(pw_router: RouterTh
         answer = c.post(tool_call(5, "browser_tabs", action="list"), **{"x-large": "p" * LARGE_HEADER})
         assert answer.status_code == 200, answer.text
         assert "result" in messages_of(answer)[-1]
-        wait_recorded(pw_router.settings.state_dir)
+        wait_recorded(pw_router)
         with sqlite3.connect(pw_router.settings.state_dir / "router.db") as db:
             rows = db.execute(
                 "SELECT r.status FROM requests q JOIN responses r USING (ref_id)"

@@ -101,7 +101,7 @@ def test_an_expect_continue_call_reaches_the_worker_as_a_plain_post(pw_router: R
             assert "Home" in tabs.result(timeout=CALL_TIMEOUT)
         c.delete()
     state = Path(pw_router.settings.state_dir)
-    wait_recorded(state)
+    wait_recorded(pw_router)
     with sqlite3.connect(state / "router.db") as db:
         row = db.execute("SELECT status, duration_ms FROM responses WHERE ref_id = ?", (ref_of(message),)).fetchone()
     assert row is not None and row[0] == "success" and row[1] is not None

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
+import httpx
 
-from router.record import ahead
+from tests.support.auth import auth_headers
+
+if TYPE_CHECKING:
+    from tests.support.routers import RouterThread
 
 WAIT_TIMEOUT = 20.0
 POLL_INTERVAL = 0.02
@@ -37,8 +40,12 @@ async def async_wait_for(
             await anyio.sleep(interval)
 
 
-def wait_recorded(state_dir: Path, timeout: float = WAIT_TIMEOUT) -> None:
-    """Until every call answered so far is committed to the router's ``router.db``: a tool answer
-    leaves once its rows are in the write-ahead file, emptied when the commit after it is made."""
-    db = Path(state_dir) / "router.db"
-    wait_for(lambda: not ahead.holds_rows(db), timeout)
+def wait_recorded(router: RouterThread, timeout: float = WAIT_TIMEOUT) -> None:
+    """Until everything the router has queued for its record so far is committed to its
+    ``router.db``, with what the answers linked: the operator API flushes the record before it
+    reads it. (A tool answer leaves once its own rows are committed; a session's events and the
+    files its answers linked follow in the writer's next batches.)"""
+    answer = httpx.get(
+        f"{router.base_url}/api/sessions", headers=auth_headers(router.token), timeout=timeout, trust_env=False
+    )
+    assert answer.status_code == 200, answer.text

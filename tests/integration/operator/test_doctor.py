@@ -133,17 +133,6 @@ def test_database_checks(tmp_path: Path) -> None:
     assert not newer.ok and "newer than this router" in newer.message
 
 
-def test_database_check_tells_of_calls_in_the_write_ahead_file(tmp_path: Path) -> None:
-    schema.connect(tmp_path / "router.db").close()
-    assert doctor.check_database(tmp_path) == doctor.Check(True, doctor.check_database(tmp_path).message)
-    (tmp_path / "router.db.ahead").write_bytes(b"\x00" * 16)  # a router stopped between an answer and its commit
-    waiting = doctor.check_database(tmp_path)
-    assert waiting.ok and waiting.warning and "router.db.ahead holds answered calls" in waiting.message
-    (tmp_path / "router.db.ahead.20261127-030845").write_bytes(b"\x00" * 16)
-    kept = doctor.check_database(tmp_path)
-    assert kept.ok and kept.warning and "router.db.ahead.20261127-030845" in kept.message
-
-
 def test_old_node_warns_and_too_old_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = tmp_path / "node"
     monkeypatch.setenv("PATH", str(tmp_path))

@@ -1,4 +1,4 @@
-"""Child process of test_sigkill: records traffic and prints each ref_id once write_ahead()
+"""Child process of test_sigkill: records traffic and prints each ref_id once committed()
 returned, i.e. once the router would have let the answer reach the client. Killed with SIGKILL mid-traffic."""
 
 from __future__ import annotations
@@ -37,13 +37,9 @@ async def main(db_path: Path) -> None:
             ref = f"main-{i}"
             rec.request(ref, "main", "tools/call", "browser_snapshot", {"i": i})
             rec.response(ref, status="success", result=RESULT, page_snapshot=SNAPSHOT, duration_ms=1.0)
-            await rec.write_ahead()  # what a tool answer waits for
+            await rec.committed()  # what a tool answer waits for; it leaves either way
             print(ref, flush=True)
-            rec.settle()  # what the exchange does once the answer has left
             i += 1
-            # A router's answer goes out on a socket, which lets the other sessions run; a flush
-            # committed on the loop itself need not yield.
-            await asyncio.sleep(0)
         del tasks
 
 

@@ -37,7 +37,7 @@ def test_a_call_cancelled_while_it_waits_for_a_resume_is_not_run(state_dir: Path
         assert answer["error"]["code"] == REQUEST_CANCELLED
         # A new stand-in remembers nothing of the old one's; the call would have set the key.
         assert c.text("recall", key="k") == ""
-        wait_recorded(state_dir)
+        wait_recorded(router)
         with sqlite3.connect(state_dir / "router.db") as db:
             rows = db.execute(
                 "SELECT r.status, r.error FROM requests q JOIN responses r USING (ref_id)"

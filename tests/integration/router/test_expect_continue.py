@@ -43,7 +43,7 @@ def test_an_expect_continue_call_is_answered_recorded_and_leaves_the_session_usa
             texts = [pool.submit(c.text, "echo", text=t) for c, t in ((client, "one"), (other, "two"))]
             assert [t.result(timeout=CALL_TIMEOUT) for t in texts] == ["one", "two"]
         client.delete()
-    wait_recorded(Path(rec_router.settings.state_dir))
+    wait_recorded(rec_router)
     with sqlite3.connect(Path(rec_router.settings.state_dir) / "router.db") as db:
         row = db.execute("SELECT status, duration_ms FROM responses WHERE ref_id = ?", (ref_of(message),)).fetchone()
     assert row is not None and row[0] == "success" and row[1] is not None

@@ -160,9 +160,8 @@ def test_slow_answer_is_streamed_and_what_comes_first_is_not_held(
 
 
 def call_rows(edge: Edge) -> list[tuple[str, str]]:
-    """(status, error) of the record's browser_tabs calls, once the commit after the client's
-    answer is made (the answer left with its rows in the write-ahead file)."""
-    wait_recorded(edge.router.settings.state_dir)
+    """(status, error) of the record's browser_tabs calls, once the record is flushed."""
+    wait_recorded(edge.router)
     with sqlite3.connect(edge.router.settings.state_dir / "router.db") as conn:
         return conn.execute(
             "SELECT r.status, r.error FROM requests q JOIN responses r USING (ref_id) WHERE q.tool = 'browser_tabs'"
@@ -291,7 +290,7 @@ def test_a_large_header_reaches_the_worker_and_the_call_is_recorded(state_dir: P
         echo = {"jsonrpc": "2.0", "id": 59, "method": "tools/call", "params": params}
         r = client.post(echo, **{"x-large": "p" * LARGE_HEADER})
         assert r.status_code == 200 and messages_of(r)[-1]["result"]["content"][0]["text"] == "x"
-        wait_recorded(state_dir)
+        wait_recorded(router)
         with sqlite3.connect(state_dir / "router.db") as conn:
             calls = "SELECT r.status FROM requests q JOIN responses r USING (ref_id) WHERE q.tool = 'echo'"
             assert conn.execute(calls).fetchall() == [("success",)]

@@ -84,7 +84,7 @@ def test_serve_makes_its_token_and_keeps_the_state_dir_private(state_dir: Path) 
             found = modes(state)
             c.delete()
     assert found["."] == 0o700
-    assert found["token"] == 0o600 and found["router.db"] == 0o600 and found["router.db.ahead"] == 0o600
+    assert found["token"] == 0o600 and found["router.db"] == 0o600
     loose = {path: mode for path, mode in found.items() if mode & 0o077 and not path.endswith(".log")}
     assert not loose, loose  # every file and directory the router made is its owner's alone
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import socket
 import sqlite3
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
@@ -15,6 +17,7 @@ import pytest
 
 from router.http import endpoint
 from router.http.exchange import Exchange
+from router.record.schema import BUSY_TIMEOUT_MS
 from router.upstream.client import HIGH_WATER
 from router.upstream.pool import UpstreamPool
 from tests.support import (
@@ -34,6 +37,8 @@ from tests.support.wait import wait_for
 
 GONE_TIMEOUT: Final = 20.0
 SOCKET_TIMEOUT: Final = 20.0
+# Another connection's hold on the record's write lock, well inside the router's busy timeout.
+LOCK_HELD_S: Final = 0.5
 
 
 @pytest.fixture(scope="module")
@@ -65,15 +70,34 @@ def test_a_tool_call_is_answered_and_recorded_alike(router: RouterThread, client
     answer = client.call("echo", text="hello")
     assert text_of(answer) == "hello"
     ref = ref_of(answer)
-    wait_recorded(router.settings.state_dir)
+    wait_recorded(router)
     status, result = response_row(router, ref)
     assert status == "success" and json.loads(result)["content"][0]["text"] == "hello"
+
+
+def test_a_tool_answer_leaves_only_once_its_call_is_committed(router: RouterThread, client: RawClient) -> None:
+    """Another connection holds the record's write lock (a shell's short transaction): the answer
+    waits until its rows are committed, so the row is there the moment the client has it."""
+    other = sqlite3.connect(Path(router.settings.state_dir) / "router.db", isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(LOCK_HELD_S, lambda: other.execute("ROLLBACK"))
+    release.start()
+    try:
+        started = time.monotonic()
+        answer = client.call("echo", text="held")
+        took = time.monotonic() - started
+        status, _ = response_row(router, ref_of(answer))  # no wait: on disk before it left
+    finally:
+        release.join()
+        other.close()
+    assert text_of(answer) == "held" and status == "success"
+    assert LOCK_HELD_S * 0.9 < took < BUSY_TIMEOUT_MS / 1000, f"the answer took {took:.2f} s"
 
 
 def test_a_tool_error_is_answered_and_recorded_as_an_error(router: RouterThread, client: RawClient) -> None:
     answer = client.call("no_such_tool")
     assert answer["result"]["isError"] is True
-    wait_recorded(router.settings.state_dir)
+    wait_recorded(router)
     assert response_row(router, ref_of(answer))[0] == "error"
 
 

@@ -114,7 +114,7 @@ def answer_of(response: Any) -> dict[str, Any]:
 
 
 def row_of(router: RouterThread, ref: str) -> tuple[str, dict[str, Any]]:
-    wait_recorded(router.settings.state_dir)
+    wait_recorded(router)
     with sqlite3.connect(Path(router.settings.state_dir) / "router.db") as db:
         row = db.execute("SELECT status, result FROM responses WHERE ref_id = ?", (ref,)).fetchone()
     assert row is not None, ref

@@ -13,7 +13,6 @@ import pytest
 
 from router.layout import StateLayout
 from router.record import files
-from router.record import recorder as recorder_module
 from router.record.recorder import BATCH_MAX, Recorder
 from tests.support.recorded import Answers, query
 
@@ -291,22 +290,3 @@ async def test_resume_reasons_are_session_events(recorder: Recorder, db_path: Pa
     assert (await recorder.records.list_sessions())[0]["last_resume"] == "router-restart"
     lines = [json.loads(line) async for line in recorder.records.export_session("s")]
     assert [e["detail"] for e in lines[0]["events"]] == ["idle", "crash", "router-restart"]
-
-
-async def test_back_to_back_calls_commit_once_each(
-    recorder: Recorder, db_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A lone request waits WRITE_DELAY_S for its answer so both go in one commit. Once that
-    # commit is made, the wait is over: the next call's request must not be written alone
-    # (a second commit and a thread hop for that call) by the previous request's timer.
-    # 0.2 s: ten times the 20-ms answer below, slack for a loaded machine (the suite runs in
-    # parallel), yet the 20 calls take twice as long, so a timer that outlived its commit fires.
-    monkeypatch.setattr(recorder_module, "WRITE_DELAY_S", 0.2)
-    before = recorder.stats().batches
-    for i in range(20):
-        recorder.request(f"r{i}", "s", "tools/call", "browser_tabs", {})
-        await asyncio.sleep(0.02)  # the worker's time to answer, well inside the delay
-        recorder.response(f"r{i}", status="success", result="{}", duration_ms=10.0)
-        assert await recorder.flush_rows()
-    assert recorder.stats().batches - before == 20
-    assert _count(db_path, "responses") == 20

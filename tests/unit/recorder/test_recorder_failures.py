@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from router.record.batches import BatchWriter
 from router.record.recorder import Recorder
 
 
@@ -86,12 +87,12 @@ async def test_a_dead_writer_is_reported_and_flush_returns_false(
     reasons: list[str] = []
     rec = Recorder(db_path, on_writer_failure=reasons.append)
 
-    def broken(batch: Any, **_: Any) -> list[int]:
+    def broken(*_: Any, **__: Any) -> list[int]:
         raise RuntimeError("injected")
 
     async with rec.run():
         assert rec.writer_alive
-        monkeypatch.setattr(rec, "_write_batch", broken)
+        monkeypatch.setattr(BatchWriter, "write", broken)
         _call(rec)
         assert await rec.flush() is False
         assert not rec.writer_alive
