@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 
 from router.cli.main import main
-from router.record.recorder import Recorder
+from router.record.batches import BatchWriter
 from router.sessions.manager import SessionManager
 
 TRIGGER = signal.SIGUSR1
@@ -40,10 +40,10 @@ def inject_core_failure() -> None:
 
 
 def inject_writer_death() -> None:
-    def broken(self: Recorder, batch: Any, **_: Any) -> list[int]:
+    def broken(self: BatchWriter, *_: Any, **__: Any) -> list[int]:
         raise RuntimeError("injected writer failure")
 
-    Recorder._write_batch = broken  # type: ignore[method-assign]
+    BatchWriter.write = broken  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import pytest
 
 from router.cli.main import EXIT_FAILED, EXIT_STATE_LOCKED
 from router.health import Health
+from router.record.batches import BatchWriter
 from router.record.rows import RowWriter
 from router.state_lock import LOCK_NAME, StateDirLocked, StateLock, lock_status
 from tests.support import (
@@ -83,10 +84,10 @@ def test_a_dead_recorder_writer_makes_healthz_503(state_dir: Path, monkeypatch: 
     with RouterThread(router_settings(state_dir, record=True)) as router:
         assert _healthz(router.port).json()["record"]["failed_batches"] == 0
 
-        def broken(batch: Any, **_: Any) -> list[int]:
+        def broken(*_: Any, **__: Any) -> list[int]:
             raise RuntimeError("injected writer failure")
 
-        monkeypatch.setattr(router.manager.recorder, "_write_batch", broken)
+        monkeypatch.setattr(BatchWriter, "write", broken)
         with RawClient(router.url) as c:
             c.initialize()
             answer = wait_for(lambda: (a := _healthz(router.port)).status_code == 503 and a)

@@ -78,7 +78,8 @@ def test_a_tool_call_is_answered_and_recorded_alike(router: RouterThread, client
 def test_a_tool_answer_leaves_only_once_its_call_is_committed(router: RouterThread, client: RawClient) -> None:
     """Another connection holds the record's write lock (a shell's short transaction): the answer
     waits until its rows are committed, so the row is there the moment the client has it."""
-    other = sqlite3.connect(Path(router.settings.state_dir) / "router.db", isolation_level=None, check_same_thread=False)
+    db = Path(router.settings.state_dir) / "router.db"
+    other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
     other.execute("BEGIN IMMEDIATE")
     release = threading.Timer(LOCK_HELD_S, lambda: other.execute("ROLLBACK"))
     release.start()
