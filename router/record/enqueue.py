@@ -27,8 +27,9 @@ class RecordEnqueue(abc.ABC):
     """The enqueue side of ``Recorder``: what a subclass queues through ``_put``."""
 
     @abc.abstractmethod
-    def _put(self, kind: str, key: str, data: tuple[Any, ...], size: int) -> None:
-        """Queue one item, ``size`` bytes held. Must never raise (the proxy path calls it)."""
+    def _put(self, kind: str, key: str, data: tuple[Any, ...], size: int, *, wake: bool = True) -> None:
+        """Queue one item, ``size`` bytes held. Must never raise (the proxy path calls it).
+        ``wake=False``: no batch of its own; it goes in the next (its answer's, at the latest)."""
 
     def session_opened(
         self, session_id: str, *, client_info: Mapping[str, Any] | None, protocol_version: str | None,
@@ -63,7 +64,10 @@ class RecordEnqueue(abc.ABC):
         second, rows.ACTIVITY_EVERY_S). ``size``: the request's length on the wire when the
         caller knows it (spares measuring ``params``)."""
         held = approx_size(params) if size is None else size
-        self._put("request", ref_id, (session_id, method, tool, params), held + len(method) + len(tool or ""))
+        # Committed with its answer, which waits for it anyway: one commit per call, not two.
+        self._put(
+            "request", ref_id, (session_id, method, tool, params), held + len(method) + len(tool or ""), wake=False
+        )
 
     def response(
         self, ref_id: str, *, status: str, result: Any, page_snapshot: str | None = None,

@@ -12,8 +12,10 @@ screenshots happen there too, after the batch's commit (``Enrichment``).
 
 Durability: SQLite's WAL with synchronous=NORMAL is the one log; a committed batch survives a
 SIGKILL of the router (not a power loss). A tool answer leaves once its call's rows are committed
-(``committed()``); rows nobody waits for (a lone request, a session event) go in the writer's next
-batch. ``flush()`` waits for the linked files too.
+(``committed()``); a call's request is queued without waking the writer, so that it shares its
+answer's commit (one commit per call), and is committed within ``ALONE_WAIT_S`` when no answer
+comes; other rows nobody waits for (a session event) go in the writer's next batch. ``flush()``
+waits for the linked files too.
 
 Failing loudly: failed batches and rows are counted for /metrics and /healthz (``stats()``);
 should the writer task itself die, ``on_writer_failure`` is told once.
@@ -59,6 +61,9 @@ QUEUE_MAX: Final = 10_000
 # Pending params and results held in memory at most; a screenshot answer is a few MB.
 QUEUE_MAX_BYTES: Final = 64 * 1024 * 1024
 SHUTDOWN_DRAIN_S: Final = 10.0
+# A row queued without a batch of its own (a call's request: its answer's commit carries it) is
+# committed within this even when no answer comes (a hung call stays visible after a crash).
+ALONE_WAIT_S: Final = 1.0
 ENRICH_MAX: Final = 64
 
 
@@ -87,17 +92,25 @@ class Recorder(RecordEnqueue):
         self._enrich_queued = 0
         self._enrich_done = 0
         self._wake = asyncio.Event()
+        self._alone: asyncio.TimerHandle | None = None  # ALONE_WAIT_S's wake-up, one at a time
         self._writer_task: asyncio.Task[None] | None = None
         self._thread = WriterThread()
 
     # ---------------------------------------------------------------- enqueue (proxy hot path)
 
-    def _put(self, kind: str, key: str, data: tuple[Any, ...], size: int) -> None:
+    def _put(self, kind: str, key: str, data: tuple[Any, ...], size: int, *, wake: bool = True) -> None:
         try:
             self._queue.put(kind, key, data, size)
-            self._wake.set()
+            if wake:
+                self._wake.set()
+            elif self._alone is None and self._writer_task is not None:
+                self._alone = asyncio.get_running_loop().call_later(ALONE_WAIT_S, self._wake_alone)
         except Exception:  # the proxy path must never see a recording problem
             log.exception("recorder: enqueue failed")
+
+    def _wake_alone(self) -> None:
+        self._alone = None
+        self._wake.set()
 
     def stats(self) -> RecordStats:
         """The counters now. Read on the loop while the writer thread may be mid-batch: each is
@@ -135,6 +148,9 @@ class Recorder(RecordEnqueue):
                             await self.flush()
                         self._writer_task.cancel()
                         await asyncio.gather(self._writer_task, pruner, return_exceptions=True)
+                        if self._alone is not None:
+                            self._alone.cancel()
+                            self._alone = None
                         self._writer_task = None
                         self.records = None
                     if self._queue:

@@ -75,9 +75,25 @@ async def test_calls_answered_during_a_batch_share_the_next_commit(tmp_path: Pat
         assert query(db, "SELECT count(*) FROM responses") == [(10,)]
 
 
+async def test_a_calls_request_shares_its_answers_commit(tmp_path: Path) -> None:
+    db = tmp_path / "router.db"
+    rec = Recorder(db)
+    async with rec.run():
+        await _opened_session(rec)
+        batches = rec.stats().batches
+        for i in range(3):
+            rec.request(f"c{i}", "s", "tools/call", "browser_click", {}, size=10)
+            await asyncio.sleep(0.2)  # the worker at work: the request waits for its answer
+            assert query(db, "SELECT count(*) FROM requests") == [(i,)]
+            rec.response(f"c{i}", status="success", result="{}", duration_ms=1.0, output_dir=None)
+            assert await rec.committed()
+        assert rec.stats().batches - batches == 3, "one commit per call, not one per row"
+        assert query(db, "SELECT count(*) FROM requests") == [(3,)]
+
+
 async def test_a_lone_request_is_committed_by_the_writer_without_anyone_waiting(tmp_path: Path) -> None:
-    """A call that hangs is in the record soon after it began (what a crash leaves for forensics),
-    written by the writer thread."""
+    """A call that hangs is in the record soon after it began (within ALONE_WAIT_S: what a crash
+    leaves for forensics), written by the writer thread."""
     db = tmp_path / "router.db"
     rec = Recorder(db)
     async with rec.run():
