@@ -369,18 +369,6 @@ class SessionManager:
             self.metrics.ended(state.value)
         log.info("session ended session=%s reason=%s", session.id, state.value)
 
-    async def wait_gone(self, session: Session) -> None:
-        """Returns once the session has ended for good or the router is stopping."""
-        async with anyio.create_task_group() as tg:
-
-            async def stopping() -> None:
-                await self.stopping.wait()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(stopping)
-            await session.gone.wait()
-            tg.cancel_scope.cancel()
-
     async def hibernate(self, session: Session) -> bool:
         """Save the browser state and end the worker; the next request resumes the session."""
         return await self.continuity.go_dormant(session, State.HIBERNATED)
