@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
@@ -132,3 +133,30 @@ def test_a_resume_after_a_change_heard_with_the_stream_away_keeps_the_last_proje
         wait_for(lambda: back.counts()[0] >= 1, timeout=ANSWERED_WITHIN)  # asked again
         assert client.delete().status_code == 200
         back.join()
+
+
+def test_a_stream_taken_over_while_the_worker_starts_its_first_call_loses_nothing(
+    router: RouterThread, pages: str, tmp_path: Path
+) -> None:
+    """Claude Code's GET stream reconnects while its first call runs, once the session has its
+    worker (which asks the roots then): the call is answered, the worker works in the project,
+    the page stays, and the next take-over changes none of it."""
+    project = tmp_path / "project"
+    project.mkdir()
+    with claude_code(router.url, project) as (client, first):
+        sid = client.session_id or ""
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(client.call, "browser_navigate", url=f"{pages}/")
+            wait_for(lambda: router.manager.sessions.get(sid).connection is not None, timeout=WORKER_GONE)
+            second = ProjectStream(router.url, sid, project).start()
+            assert "- Page Title:" in text_of(pending.result(timeout=WORKER_GONE))
+        first.join()  # taken over: the router ended it
+        screenshot_lands_in(client, project, "after-take-over.png")
+        third = ProjectStream(router.url, sid, project).start()
+        second.join()
+        page = text_of(client.call("browser_snapshot"))
+        assert f"- Page URL: {pages}/" in page, f"the page was lost on the way:\n{page}"
+        screenshot_lands_in(client, project, "after-second-take-over.png")
+        assert sum(s.counts()[1] for s in (first, second, third)) == 1, "the worker asked its roots once"
+        assert client.delete().status_code == 200
+        third.join()
