@@ -20,7 +20,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypedDict
@@ -376,12 +376,3 @@ def compact_summary(ref_id: str, tool: str, extracted: Extracted) -> str:
     if has_snapshot:
         lines.append(f'Call get_content(ref_id="{ref_id}") to read the page snapshot.')
     return "\n".join(lines)
-
-
-def console_levels(lines: Sequence[str]) -> dict[str, int]:
-    """Counts per level, for summaries of recorded calls."""
-    counts = dict.fromkeys(LEVELS, 0)
-    for e in normalize_console(lines):
-        counts[e["level"]] += 1
-    return counts
-
