@@ -25,20 +25,12 @@ def bearer(token: str | None) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"} if token else {}
 
 
-def fetch_live_sessions(
-    host: str, port: int, *, token: str | None = None, timeout: float = TIMEOUT
-) -> list[dict[str, Any]] | None:
-    """The rows of GET /api/sessions of the router at host:port (live state merged with the
-    record; each has ``id``, ``state``, ``live``, ``client``, ``created``, ``last_activity``,
-    ``calls``, ``errors``, ``worker_pid``, ``worker_port``, ``memory_bytes``), or None when no
-    router answers there (or something else does, or the token is wrong)."""
-    return fetch_live_sessions_at(base_url(host, port), token=token, timeout=timeout)
-
-
 def fetch_live_sessions_at(
     url: str, *, token: str | None = None, timeout: float = TIMEOUT
 ) -> list[dict[str, Any]] | None:
-    """The same from a base URL, e.g. the one ``router.router_file.running_router(state_dir)`` finds."""
+    """The rows of GET /api/sessions of the router at a base URL (e.g. the one
+    ``router.router_file.running_router(state_dir)`` finds): live state merged with the record, or
+    None when no router answers there (or something else does, or the token is wrong)."""
     try:
         response = httpx.get(
             f"{url.rstrip('/')}/api/sessions", headers=bearer(token), timeout=timeout, trust_env=False

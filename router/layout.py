@@ -90,9 +90,6 @@ class StateLayout:
     def profile_dir(self, session_id: str) -> Path:
         return self.session_dir(session_id) / PROFILE
 
-    def session_file(self, session_id: str) -> Path:
-        return self.session_dir(session_id) / SESSION_FILE
-
     def state_file(self, session_id: str) -> Path:
         return self.session_dir(session_id) / STATE_FILE
 

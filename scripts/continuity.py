@@ -17,6 +17,7 @@ from router.sessions.table import State
 from router.settings import find_browser
 from tests.e2e.pages import serve_pages
 from tests.support import RawClient, RouterThread, router_settings, wait_for
+from workers import process_memory
 from workers.memory import host_memory
 from workers.orphans import processes_for
 
@@ -25,17 +26,6 @@ MIN_AVAILABLE = 1024 * MIB  # abort the run before the machine runs out of memor
 SAMPLE_EVERY = 0.5
 SETTLE = 1.0
 PARTS = ("queued_ms", "spawn_ms", "handshake_ms", "restore_ms", "storage_ms", "tabs_ms", "reload_ms", "snapshot_ms")
-
-
-def pss(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as fh:
-            for line in fh:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 def rss_self() -> int:
@@ -66,7 +56,7 @@ class Sampler:
     def run(self) -> None:
         while not self.stop.wait(SAMPLE_EVERY):
             pids = processes_for(self.state)
-            self.peak_workers = max(self.peak_workers, sum(pss(p) for p in pids))
+            self.peak_workers = max(self.peak_workers, process_memory.total_pss(pids))
             if self.manager is not None:
                 self.peak_live = max(self.peak_live, self.manager.supervisor.live_count)
             self.min_available = min(self.min_available, mem_available())

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from router.catalog.paging import RESOURCE_NOT_FOUND, CatalogError
-from router.catalog.session_view import SessionView, Tab
+from router.catalog.session_view import SessionView
 from router.record.call_view import call_images
 from router.record.records import RecordNotFound
 from router.record.snapshots import tool_result
+from router.record.tabs_and_refs import Tab
 
 if TYPE_CHECKING:
     from router.record.records import Records

@@ -9,12 +9,12 @@ conversation's resources cost the same as a short one's.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from router.record.files import mime_for
 from router.record.snapshots import Extracted, summarize, tool_result
+from router.record.tabs_and_refs import Tab, tab_entries
 
 if TYPE_CHECKING:
     from router.record.records import Records
@@ -23,16 +23,6 @@ RECENT_ANSWERS: Final = 40
 SCREENSHOT_TOOL: Final = "browser_take_screenshot"
 CONSOLE_TOOL: Final = "browser_console_messages"
 NETWORK_TOOL: Final = "browser_network_requests"
-# "- 1: (current) [Title](https://…)" in an "### Open tabs" section.
-_TAB = re.compile(r"^- (?P<i>\d+): (?P<cur>\(current\) )?\[(?P<title>.*)\]\((?P<url>[^()\s]*)\)\s*$", re.M)
-
-
-@dataclass(frozen=True)
-class Tab:
-    index: int
-    url: str
-    title: str
-    current: bool
 
 
 @dataclass(frozen=True)
@@ -123,13 +113,8 @@ class SessionView:
 
 def tabs_of(facts: Extracted) -> tuple[Tab, ...] | None:
     listed = facts.sections.get("Open tabs")
-    if listed is not None:
-        tabs = tuple(
-            Tab(int(m.group("i")), m.group("url"), m.group("title"), bool(m.group("cur")))
-            for m in _TAB.finditer(listed)
-        )
-        if tabs:
-            return tabs
+    if listed is not None and (tabs := tuple(tab_entries(listed))):
+        return tabs
     if facts.page_url is not None:
         return (Tab(0, facts.page_url, facts.page_title or "", True),)
     return None

@@ -170,11 +170,7 @@ def create_app(settings: Settings) -> Starlette:
         node_id=settings.node_id,
         **continuity_options(settings),
     )
-    metrics.watch(
-        manager.stats,
-        recorder.stats if recorder is not None else None,
-        layout.db if recorder is not None else None,
-    )
+    metrics.watch(manager.stats, *((recorder.stats, layout.db) if recorder is not None else (None, None)))
     hooks = ExchangeHooks(
         recorder=recorder,
         metrics=metrics,

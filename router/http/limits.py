@@ -235,15 +235,9 @@ def limited_protocol(
     header_timeout: float = HEADER_TIMEOUT_S, body_timeout: float = BODY_TIMEOUT_S,
 ) -> type[LimitedHttpToolsProtocol]:
     """The protocol class to pass as uvicorn's ``http``."""
-
-    class Limited(LimitedHttpToolsProtocol):
-        pass
-
-    Limited.max_head_bytes = max_head_bytes
-    Limited.max_headers = max_headers
-    Limited.header_timeout = header_timeout
-    Limited.body_timeout = body_timeout
-    return Limited
+    limits = {"max_head_bytes": max_head_bytes, "max_headers": max_headers, "header_timeout": header_timeout,
+              "body_timeout": body_timeout}  # fmt: skip
+    return type("Limited", (LimitedHttpToolsProtocol,), limits)
 
 
 def raise_open_files_limit(wanted: int = WANTED_OPEN_FILES) -> int:

@@ -75,6 +75,13 @@ def cross_site_refusal(request: Request) -> str | None:
     return None
 
 
+# What a session's row shows from the record; a live session's state overrides some.
+RECORDED_KEYS: Final = (
+    "id", "state", "client", "created", "last_activity", "calls", "errors", "requests", "parent_id",
+    "protocol_version", "last_resume",
+)  # fmt: skip
+
+
 class Api:
     def __init__(
         self,
@@ -118,29 +125,13 @@ class Api:
     def _row(self, record: dict[str, Any] | None, live: Session | None, memory: dict[str, int]) -> dict[str, Any]:
         """One session as the API shows it: the live state when the router holds it, else the record's."""
         rec = record or {}
-        row: dict[str, Any] = {
-            "id": live.id if live is not None else rec.get("id"),
-            "state": rec.get("state"),
-            "live": False,
-            "client": rec.get("client"),
-            "created": rec.get("created"),
-            "last_activity": rec.get("last_activity"),
-            "calls": rec.get("calls"),
-            "errors": rec.get("errors"),
-            "requests": rec.get("requests"),
-            "parent_id": rec.get("parent_id"),
-            "protocol_version": rec.get("protocol_version"),
-            "last_resume": rec.get("last_resume"),
-            "worker_pid": None,
-            "worker_port": None,
-            "memory_bytes": None,
-            "in_flight": 0,
-            "idle_seconds": None,
-        }
+        row: dict[str, Any] = {key: rec.get(key) for key in RECORDED_KEYS}
+        row.update(live=False, worker_pid=None, worker_port=None, memory_bytes=None, in_flight=0, idle_seconds=None)
         if live is None:
             return row
         worker = live.connection.worker if live.connection is not None else None
         row.update(
+            id=live.id,
             state=live.state.value,
             live=live.state not in ENDED,
             client=client_name(live.client_info) or rec.get("client"),

@@ -108,22 +108,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
-# What lean_records() changes in the logging module, for the whole process.
-LEAN_SWITCHES: Final = ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing")
-
-
-def lean_records() -> None:
-    """Records without what neither format shows: the caller's file and line (found by walking
-    the stack), the thread's, process's and multiprocessing names. Making a call's record was
-    ~30 % of its log line; these are the logging HOWTO's own switches ("Optimization")."""
-    logging._srcfile = None
-    logging.logThreads = False
-    logging.logProcesses = False
-    logging.logMultiprocessing = False
-
-
 def configure_logging(level: str, fmt: str) -> None:
-    lean_records()
     handler = logging.StreamHandler()
     if fmt == "json":
         handler.setFormatter(JsonFormatter())

@@ -172,17 +172,12 @@ class _LiveCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         now = self.stats()
-        workers = GaugeMetricFamily(f"{PREFIX}_live_workers", "Worker processes alive now")
-        workers.add_metric([], now.live_workers)
-        yield workers
-        warm = GaugeMetricFamily(f"{PREFIX}_warm_workers", "Warm workers ready in the pool (--warm-workers)")
-        warm.add_metric([], now.warm_workers)
-        yield warm
-        pokes = CounterMetricFamily(
-            f"{PREFIX}_warm_pokes", "Calls that kept waiting warm workers warm (--keep-warm-interval)"
-        )
-        pokes.add_metric([], now.warm_pokes)
-        yield pokes
+        yield _one(GaugeMetricFamily, "live_workers", "Worker processes alive now", now.live_workers)
+        yield _one(GaugeMetricFamily, "warm_workers", "Warm workers ready in the pool", now.warm_workers)
+        yield _one(
+            CounterMetricFamily, "warm_pokes", "Calls that kept waiting warm workers warm (--keep-warm-interval)",
+            now.warm_pokes,
+        )  # fmt: skip
         saves = CounterMetricFamily(
             f"{PREFIX}_state_saves", "Browser state saves, by whether state.json changed", labels=["outcome"]
         )
@@ -195,15 +190,9 @@ class _LiveCollector(Collector):
         yield sessions
         if self.record_stats is not None:
             stats = self.record_stats()
-            queue = GaugeMetricFamily(f"{PREFIX}_recorder_queue_depth", "Record items waiting for the writer")
-            queue.add_metric([], stats.queue_len)
-            yield queue
-            dropped = GaugeMetricFamily(
-                f"{PREFIX}_recorder_dropped", "Record items refused because the queue was full (since start)"
-            )
-            dropped.add_metric([], stats.dropped)
-            yield dropped
             for name, help_text, number in (
+                ("recorder_queue_depth", "Record items waiting for the writer", stats.queue_len),
+                ("recorder_dropped", "Record items refused because the queue was full (since start)", stats.dropped),
                 ("recorder_queue_bytes", "Bytes of params and results waiting for the writer", stats.queue_bytes),
                 ("recorder_failed_batches", "Record batches that lost rows (since start)", stats.failed_batches),
                 ("recorder_failed_rows", "Record rows that could not be written (since start)", stats.failed_rows),
@@ -213,13 +202,18 @@ class _LiveCollector(Collector):
                     stats.linked_reads,
                 ),
             ):
-                gauge = GaugeMetricFamily(f"{PREFIX}_{name}", help_text)
-                gauge.add_metric([], number)
-                yield gauge
+                yield _one(GaugeMetricFamily, name, help_text, number)
         if self.db_path is not None:
-            size = GaugeMetricFamily(f"{PREFIX}_db_size_bytes", "Size of the record database with its WAL")
-            size.add_metric([], _db_size(self.db_path))
-            yield size
+            size = _db_size(self.db_path)
+            yield _one(GaugeMetricFamily, "db_size_bytes", "Size of the record database with its WAL", size)
+
+
+def _one(
+    family: type[GaugeMetricFamily | CounterMetricFamily], name: str, help_text: str, value: float
+) -> GaugeMetricFamily | CounterMetricFamily:
+    metric = family(f"{PREFIX}_{name}", help_text)
+    metric.add_metric([], value)
+    return metric
 
 
 def _db_size(db_path: Path) -> int:

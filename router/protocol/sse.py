@@ -37,6 +37,9 @@ class EventSplitter:
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         self.max_event_bytes = max_event_bytes
         self.bytes_scanned = 0
+        self._empty()
+
+    def _empty(self) -> None:
         self._buffer = bytearray()
         # Per separator: the next occurrence found (-1: none up to _seen, the buffer's length when
         # it was last searched), and where its search resumes.
@@ -74,11 +77,7 @@ class EventSplitter:
 
     def rest(self) -> bytes:
         rest = b"" if self._skipping else bytes(self._buffer)
-        self._buffer = bytearray()
-        self._hit = [-1] * len(_BOUNDARIES)
-        self._seen = [0] * len(_BOUNDARIES)
-        self._resume = [0] * len(_BOUNDARIES)
-        self._skipping = False
+        self._empty()
         return rest
 
     def _next_boundary(self, start: int) -> int:

@@ -43,11 +43,8 @@ class RecordEnqueue(abc.ABC):
         )
 
     def session_state(self, session_id: str, state: str) -> None:
-        """See schema.SESSION_STATES."""
+        """See the session states in router/record/schema.py."""
         self._put("state", session_id, (state,), 0)
-
-    def session_activity(self, session_id: str) -> None:
-        self._put("activity", session_id, (), 0)
 
     def session_resumed(self, session_id: str, reason: str) -> None:
         """The session got a worker again; ``reason`` is one of schema.RESUME_REASONS ("idle",

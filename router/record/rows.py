@@ -18,7 +18,7 @@ from router.record.snapshots import extract, normalize_console, summarize, tool_
 
 @dataclass(frozen=True, slots=True)
 class Item:
-    kind: str  # "open" | "state" | "activity" | "resumed" | "request" | "response" | "dropped"
+    kind: str  # "open" | "state" | "resumed" | "request" | "response" | "dropped"
     ts: float
     key: str  # session id or ref_id, for failure messages
     data: tuple[Any, ...]  # for "dropped": (how many items were refused at this point,)
@@ -125,8 +125,6 @@ class RowWriter:
                    ON CONFLICT (id) DO UPDATE SET state = excluded.state""",
                 (key, ts, ts, d[0]),
             )
-        elif item.kind == "activity":
-            conn.execute("UPDATE sessions SET last_activity = max(last_activity, ?) WHERE id = ?", (ts, key))
         elif item.kind == "resumed":
             conn.execute(
                 "INSERT INTO session_events (session_id, ts, kind, detail) VALUES (?, ?, 'resumed', ?)",

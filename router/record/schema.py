@@ -20,6 +20,8 @@ import logging
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
@@ -36,7 +38,6 @@ log = logging.getLogger(__name__)
 #   interrupted  a previous router run died (crash, SIGKILL) while the session was active or
 #                degraded; set at start-up. ``metadata.interrupted_from`` keeps the old state so
 #                that a resume feature can tell what it was.
-SESSION_STATES: Final = ("active", "degraded", "hibernated", "reaped", "closed", "error", "interrupted")
 LIVE_STATES: Final = ("active", "degraded")
 # Why a dormant (or crashed) session got a worker again:
 #   idle            reaped after the idle timeout, resumed by the client's next call
@@ -241,6 +242,20 @@ def connect_or_replace(db_path: Path) -> sqlite3.Connection:
     return connect(db_path)
 
 
+@contextmanager
+def immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """A write transaction taken at once (``BEGIN IMMEDIATE``: the write lock), rolled back on
+    any error."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
 def user_version(conn: sqlite3.Connection) -> int:
     row = conn.execute("PRAGMA user_version").fetchone()
     return int(row[0])
@@ -258,18 +273,12 @@ def migrate(conn: sqlite3.Connection) -> int:
     for target, statements in enumerate(MIGRATIONS, start=1):
         if user_version(conn) >= target:
             continue
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate(conn):
             if user_version(conn) < target:
                 for statement in statements:
                     conn.execute(statement)
                 # PRAGMA takes no parameters; target is an int from enumerate.
                 conn.execute(f"PRAGMA user_version = {target}")
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
     return user_version(conn)
 
 
@@ -290,15 +299,9 @@ def mark_interrupted(conn: sqlite3.Connection) -> int:
 
 def prune_files(conn: sqlite3.Connection, cutoff: float) -> list[str]:
     """Delete the kept-file rows older than ``cutoff``; the ref_ids whose files must go."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with immediate(conn):
         refs = [r[0] for r in conn.execute("SELECT DISTINCT ref_id FROM call_files WHERE ts < ?", (cutoff,))]
         conn.execute("DELETE FROM call_files WHERE ts < ?", (cutoff,))
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
     return refs
 
 
@@ -306,8 +309,7 @@ def prune(conn: sqlite3.Connection, cutoff: float) -> list[str]:
     """Delete rows older than ``cutoff`` (epoch seconds) and the ended sessions idle since before
     it; live sessions stay whatever their age. Returns the deleted session ids. (Kept files go
     first, through ``prune_files``, so that their directories can be removed.)"""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with immediate(conn):
         placeholders = ", ".join("?" for _ in LIVE_STATES)
         ids = [r[0] for r in conn.execute(
             f"SELECT id FROM sessions WHERE last_activity < ? AND state NOT IN ({placeholders})",
@@ -323,11 +325,6 @@ def prune(conn: sqlite3.Connection, cutoff: float) -> list[str]:
             if last is not None:
                 # Bounded by ts as well: a row the clock stamped out of order is never deleted early.
                 conn.execute(f"DELETE FROM {table} WHERE rowid <= ? AND ts < ?", (last, cutoff))
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
     return ids
 
 

@@ -21,16 +21,16 @@ def ref_frame(text: str) -> int | None:
 
 
 @dataclass(frozen=True)
-class TabEntry:
+class Tab:
     index: int
     url: str
     title: str
     current: bool
 
 
-def tab_entries(text: str) -> list[TabEntry]:
+def tab_entries(text: str) -> list[Tab]:
     """The tabs an answer lists (``- 1: (current) [Title](url)``), by index."""
-    tabs = [TabEntry(int(i), url, title, bool(cur)) for i, cur, title, url in _TAB_RE.findall(text)]
+    tabs = [Tab(int(i), url, title, bool(cur)) for i, cur, title, url in _TAB_RE.findall(text)]
     return sorted(tabs, key=lambda tab: tab.index)
 
 

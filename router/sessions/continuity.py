@@ -308,16 +308,7 @@ class Continuity:
         session.health_failures = 0
         session.page_lost_on = None  # a crash under the last worker was that worker's
         session.worker_switched()
-        worker = connection.worker
-        if self.recorder is not None:
-            self.recorder.session_opened(
-                session.id,
-                client_info=session.client_info,
-                protocol_version=session.protocol_version,
-                port=worker.port,
-                pid=worker.pid,
-                metadata={"initialize": session.initialize_params, "response_mode": session.response_mode},
-            )
+        record_opened(self.recorder, session, connection.worker)
 
     # -- letting a worker go ---------------------------------------------------------------------
 
@@ -382,3 +373,19 @@ class Continuity:
             await self.supervisor.forget(worker.session_id)
         elif clear_output:
             statefiles.clear_output(worker.output_dir)
+
+
+def record_opened(
+    recorder: Recorder | None, session: Session, worker: Worker | None, *, browser_session: str | None = None
+) -> None:
+    """The record's row for a session that opened or got a worker (``worker`` None: not yet), or
+    for a new browser session of it (create_new_session), linked to it."""
+    if recorder is None:
+        return
+    recorder.session_opened(
+        browser_session or session.id, client_info=session.client_info, protocol_version=session.protocol_version,
+        port=worker.port if worker else None, pid=worker.pid if worker else None,
+        metadata={"browser_session_of": session.id} if browser_session else
+        {"initialize": session.initialize_params, "response_mode": session.response_mode},
+        parent_id=session.id if browser_session else None,
+    )  # fmt: skip

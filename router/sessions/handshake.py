@@ -17,12 +17,10 @@ for, never cached (the cache would grow by each client's string, its file rewrit
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import json
 import logging
-import os
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -30,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
+from router.json_files import read_json, write_json
 from router.sessions.control import ControlError, ControlSession
 from router.types import HANDSHAKE_VERSIONS
 from router.upstream.connection import WorkerConnection
@@ -77,11 +76,8 @@ class HandshakeCache:
         if self._loaded:
             return
         self._loaded = True
-        try:
-            data = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return
-        if isinstance(data, dict) and data.get("fingerprint") == self.fingerprint:
+        data = read_json(self.path)
+        if data is not None and data.get("fingerprint") == self.fingerprint:
             entries = data.get("versions")
             if isinstance(entries, dict):
                 self._entries = {k: v for k, v in entries.items() if k in HANDSHAKE_VERSIONS and _complete(v)}
@@ -130,14 +126,9 @@ class HandshakeCache:
         self._read_only = None
         data = {"fingerprint": self.fingerprint, "versions": self._entries}
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(data))
-            os.replace(tmp, self.path)
+            write_json(self.path, data)
         except OSError as exc:  # the cache is an optimisation: memory still has the entry
             log.warning("handshake cache not written (%s): %s", self.path, exc)
-            with contextlib.suppress(OSError):
-                self.path.with_suffix(".tmp").unlink()
 
 
 def _marked_read_only(tool: Any) -> bool:

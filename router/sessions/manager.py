@@ -34,7 +34,7 @@ from router.sessions import statefiles
 from router.sessions.admission import Admission, RateLimit
 from router.sessions.bringup import BringUps, default_bring_ups, memory_below_floor, room_for_another_warm_worker
 from router.sessions.browser_watch import BrowserWatches
-from router.sessions.continuity import Continuity
+from router.sessions.continuity import Continuity, record_opened
 from router.sessions.handshake import HandshakeCache, probe
 from router.sessions.nodes import check_owner
 from router.sessions.pool import KEEP_WARM_EVERY, WarmPool
@@ -153,10 +153,6 @@ class SessionManager:
         self.admission.evictors = (self.pool.evict_one, self._hibernate_least_recent)
 
     @property
-    def max_live_workers(self) -> int:
-        return self.admission.max_live_workers
-
-    @property
     def idle_timeout(self) -> float:
         return self.upkeep.idle_timeout
 
@@ -264,15 +260,7 @@ class SessionManager:
         session.client_info = info if isinstance(info, dict) else {}
         session.protocol_version = version if isinstance(version, str) else None
         statefiles.keep_session(self._dir(session), session)
-        if self.recorder is not None:
-            self.recorder.session_opened(
-                session.id,
-                client_info=session.client_info,
-                protocol_version=session.protocol_version,
-                port=None,
-                pid=None,
-                metadata={"initialize": session.initialize_params, "response_mode": session.response_mode},
-            )
+        record_opened(self.recorder, session, None)
         if warm is None and cached is not None:
             log.info("session opened session=%s client=%s worker=lazy", session.id, session.client_info.get("name"))
             return session, cached["initialize"]
@@ -310,7 +298,7 @@ class SessionManager:
             saves_unchanged=saver.unchanged,
             accepting=self.accepting_sessions(),
             max_sessions=self.max_sessions,
-            max_live_workers=self.max_live_workers,
+            max_live_workers=self.admission.max_live_workers,
         )
 
     def accepting_sessions(self) -> bool:

@@ -6,7 +6,7 @@ import logging
 import secrets
 
 from router.sessions import statefiles
-from router.sessions.continuity import Continuity
+from router.sessions.continuity import Continuity, record_opened
 from router.sessions.table import Session, State
 
 log = logging.getLogger("mcp_router.continuity")
@@ -30,16 +30,7 @@ async def renew_browser(continuity: Continuity, session: Session) -> str:
         session.ref_frame, session.ref_frame_file = 0, None
         await continuity.attach(session, reason="new-browser")
     statefiles.keep_session(continuity.layout.session_dir(session.id), session)
-    if continuity.recorder is not None and session.connection is not None:
-        worker = session.connection.worker
-        continuity.recorder.session_opened(
-            browser_session,
-            client_info=session.client_info,
-            protocol_version=session.protocol_version,
-            port=worker.port,
-            pid=worker.pid,
-            metadata={"browser_session_of": session.id},
-            parent_id=session.id,
-        )
+    if session.connection is not None:
+        record_opened(continuity.recorder, session, session.connection.worker, browser_session=browser_session)
     log.info("new browser session=%s browser_session=%s", session.id, browser_session)
     return browser_session

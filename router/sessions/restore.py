@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from router.json_files import write_json
 from router.sessions import statefiles
 from router.sessions.control import ControlError, ControlSession
 from router.sessions.storage_restore import restore_in_tab, sets_anything, split_origins
@@ -127,7 +128,7 @@ def _selected(tabs: list[str], current: str | None) -> int:
 
 async def _set_storage_state(control: ControlSession, output_dir: Path, storage: dict[str, Any]) -> None:
     restore = output_dir / RESTORE_NAME
-    statefiles.write_json(restore, storage)
+    write_json(restore, storage)
     try:
         await control.call("browser_set_storage_state", {"filename": str(restore)})
     finally:

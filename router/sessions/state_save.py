@@ -11,6 +11,7 @@ from typing import Final
 
 import anyio
 
+from router.json_files import read_json
 from router.layout import StateLayout
 from router.record.tabs_and_refs import parse_tabs
 from router.sessions import statefiles
@@ -59,7 +60,7 @@ class BrowserStateSaver:
                 tabs = [t for t in parse_tabs(listing) if not is_restore_document(t)]
                 if self._page_lost(session, connection, listing) and session.current_url is not None:
                     tabs = put_back(tabs, session.current_url)
-                storage = statefiles.read_json(target)
+                storage = read_json(target)
                 if storage is None:
                     raise ControlError("storage state file missing or unreadable")
                 if session.unrestored is not None:  # a resume left part of the saved state out

@@ -19,42 +19,20 @@ import hashlib
 import json
 import logging
 import math
-import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
-from router.layout import StateLayout
+from router.json_files import read_json, write_json, write_text
+from router.layout import SESSION_FILE, STATE_FILE, StateLayout
 from router.sessions.roots import roots_of
 from router.sessions.table import ENDED, MINTED_ID_RE, Session, State
 from workers.health import RestartBudget
 
 log = logging.getLogger("mcp_router.continuity")
 
-SESSION_FILE: Final = "session.json"
-STATE_FILE: Final = "state.json"
 
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    _write_text(path, json.dumps(data))
-
-
-def _write_text(path: Path, text: str) -> None:
-    """Atomic: a SIGKILL mid-write leaves the previous file, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):  # RecursionError: nested deeper than json can read
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def write_session_file(session_dir: Path, data: dict[str, Any]) -> None:
@@ -145,7 +123,7 @@ def write_state(session_dir: Path, data: dict[str, Any], *, unless: bytes | None
         return digest, False
     # The time goes in after the text that was hashed (the storage state may be large): one
     # serialisation per save. ``data`` is never empty, so its text ends with its closing brace.
-    _write_text(path, f'{text[:-1]}, "saved": {time.time()!r}}}')
+    write_text(path, f'{text[:-1]}, "saved": {time.time()!r}}}')
     return digest, True
 
 

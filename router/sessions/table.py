@@ -55,7 +55,7 @@ class State(Enum):
 
 ENDED = frozenset({State.CLOSED, State.ERROR})
 DORMANT = frozenset({State.REAPED, State.HIBERNATED, State.CRASHED, State.INTERRUPTED, State.DEGRADED})
-# The record's vocabulary (router/schema.py SESSION_STATES) for each in-memory state.
+# The record's vocabulary (router/record/schema.py) for each in-memory state.
 RECORD_STATE = {
     State.NEW: "active",
     State.STARTING: "active",
@@ -335,16 +335,11 @@ class SessionTable:
     def __iter__(self) -> Iterator[Session]:
         return iter(list(self._sessions.values()))
 
-    def create(self, response_mode: str = "full", *, session_id: str | None = None) -> Session:
-        """A new session under a freshly minted id, or under ``session_id`` minted in advance
-        (a warm worker's, router/pool.py), which must not be in the table."""
-        if session_id is not None:
-            if session_id in self._sessions:
-                raise ValueError(f"session id already in use: {session_id}")
-        else:
+    def create(self, response_mode: str = "full") -> Session:
+        """A new session under a freshly minted id."""
+        session_id = mint_session_id(self.node_id)
+        while session_id in self._sessions:  # astronomically unlikely, but cheap to rule out
             session_id = mint_session_id(self.node_id)
-            while session_id in self._sessions:  # astronomically unlikely, but cheap to rule out
-                session_id = mint_session_id(self.node_id)
         session = Session(session_id, response_mode=response_mode)
         self._sessions[session_id] = session
         return session

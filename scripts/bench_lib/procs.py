@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from workers import process_memory
 from workers.orphans import ENV_SESSION, ENV_STATE_DIR, end_processes, processes_for
 
 
@@ -127,16 +128,7 @@ def wait_port(port: int, timeout: float, child: Spawned | None = None) -> float:
 
 
 def pss_kib(pids: Iterable[int]) -> int:
-    total = 0
-    for pid in pids:
-        try:
-            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    total += int(line.split()[1])
-                    break
-        except (OSError, ValueError):
-            continue
-    return total
+    return process_memory.total_pss(pids) // process_memory.KIB
 
 
 def rss_kib(pid: int) -> int:

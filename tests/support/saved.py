@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from router.sessions import statefiles
+from router.json_files import write_json
 from tests.support.client import RawClient
 from tests.support.wait import wait_for
 
@@ -37,7 +37,7 @@ class SavingControl:
 
     async def call(self, name: str, arguments: dict[str, Any] | None = None) -> str:
         if name == "browser_storage_state":
-            statefiles.write_json(Path((arguments or {})["filename"]), self.storage)
+            write_json(Path((arguments or {})["filename"]), self.storage)
             return ""
         assert name == "browser_tabs"
         return "\n".join(f"- {i}: [T{i}]({url})" for i, url in enumerate(self.tabs))

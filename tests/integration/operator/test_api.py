@@ -17,9 +17,10 @@ import anyio
 import httpx
 import pytest
 
-from router.api_client import fetch_live_sessions
+from router.api_client import base_url, fetch_live_sessions_at
 from router.operator import memory
 from tests.support import TEST_TOKEN, RawClient, RouterThread, auth_headers, spare_port
+from workers import process_memory
 from workers.orphans import processes_for
 
 ACTION = {"x-mcp-router-action": "1"}
@@ -272,30 +273,30 @@ def test_ui_is_served_with_a_strict_csp(rec_router: RouterThread) -> None:
 def test_fetch_live_sessions(rec_router: RouterThread) -> None:
     with RawClient(rec_router.url) as c:
         c.initialize()
-        rows = fetch_live_sessions("127.0.0.1", rec_router.port, token=TEST_TOKEN)
+        rows = fetch_live_sessions_at(base_url("127.0.0.1", rec_router.port), token=TEST_TOKEN)
         assert rows is not None
         assert any(r["id"] == c.session_id and r["live"] for r in rows)
         # bound to all: reached on loopback
-        assert fetch_live_sessions("0.0.0.0", rec_router.port, token=TEST_TOKEN) is not None
-        assert fetch_live_sessions("127.0.0.1", rec_router.port) is None  # no token, no sessions
+        assert fetch_live_sessions_at(base_url("0.0.0.0", rec_router.port), token=TEST_TOKEN) is not None
+        assert fetch_live_sessions_at(base_url("127.0.0.1", rec_router.port)) is None  # no token, no sessions
         c.delete()
-    assert fetch_live_sessions("127.0.0.1", spare_port()) is None
+    assert fetch_live_sessions_at(base_url("127.0.0.1", spare_port())) is None
 
 
 def test_memory_sampler_caches_and_counts_the_whole_tree(monkeypatch: pytest.MonkeyPatch) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        own = memory.pss_bytes(os.getpid())
-        tree = memory.tree_pss({"me": os.getpid()})["me"]
+        own = process_memory.pss_bytes(os.getpid())
+        tree = process_memory.tree_pss({"me": os.getpid()})["me"]
         assert 0 < own < tree  # the child's pages count too
         calls: list[dict[str, int]] = []
-        real = memory.tree_pss
+        real = process_memory.tree_pss
 
         def counting(roots: dict[str, int]) -> dict[str, int]:
             calls.append(dict(roots))
             return real(roots)
 
-        monkeypatch.setattr(memory, "tree_pss", counting)
+        monkeypatch.setattr(process_memory, "tree_pss", counting)
         sampler = memory.MemorySampler(ttl=60)
 
         async def scenario() -> None:
@@ -305,7 +306,7 @@ def test_memory_sampler_caches_and_counts_the_whole_tree(monkeypatch: pytest.Mon
             assert len(calls) == 2
 
         anyio.run(scenario)
-        assert memory.pss_bytes(2**22 + 1) == 0  # no such process
+        assert process_memory.pss_bytes(2**22 + 1) == 0  # no such process
     finally:
         child.kill()
         child.wait()

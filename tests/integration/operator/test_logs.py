@@ -15,7 +15,6 @@ import httpx
 import pytest
 
 from router.operator.logs import (
-    LEAN_SWITCHES,
     QUIET_LOGGERS,
     TEXT_FORMAT,
     JsonFormatter,
@@ -77,8 +76,6 @@ def test_json_formatter_lifts_ids_from_text() -> None:
 
 @pytest.fixture
 def restore_logging(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for switch in LEAN_SWITCHES:  # configure_logging turns them off for the whole process
-        monkeypatch.setattr(logging, switch, getattr(logging, switch))
     root = logging.getLogger()
     saved = root.handlers[:], root.level, {n: logging.getLogger(n).level for n in QUIET_LOGGERS}
     yield

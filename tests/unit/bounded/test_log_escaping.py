@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from router.operator.logs import LEAN_SWITCHES, JsonFormatter, TextFormatter, configure_logging
+from router.operator.logs import JsonFormatter, TextFormatter, configure_logging
 
 HOSTILE_TOOL = "echo\n2026-11-23 08:00:00,000 WARNING mcp_router.auth: token accepted\r\x1b[2J\u2028"
 
@@ -54,8 +54,6 @@ def test_json_values_stay_on_one_line_once_decoded() -> None:
 def test_configure_logging_uses_the_escaping_formatters(
     fmt: str, kind: type[logging.Formatter], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for switch in LEAN_SWITCHES:  # configure_logging turns them off for the whole process
-        monkeypatch.setattr(logging, switch, getattr(logging, switch))
     root = logging.getLogger()
     saved, level = root.handlers[:], root.level
     try:

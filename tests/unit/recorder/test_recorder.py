@@ -34,7 +34,6 @@ async def test_rows_of_every_kind_are_written(recorder: Recorder, db_path: Path,
     recorder.request("r1", "s1", "tools/call", "browser_navigate", {"name": "browser_navigate"})
     raw = json.dumps(answers.result("navigate"))
     recorder.response("r1", status="success", result=raw, duration_ms=512.0, output_dir=answers.output_dir)
-    recorder.session_activity("s1")
     recorder.session_state("s1", "closed")
     await recorder.flush()
     (session,) = query(db_path, "SELECT state, client_info, worker_port, worker_pid, metadata FROM sessions")

@@ -22,7 +22,6 @@ def test_paths_under_the_state_dir(tmp_path: Path) -> None:
     assert layout.session_dir(SID) == tmp_path / "sessions" / SID
     assert layout.output_dir(SID) == tmp_path / "sessions" / SID / "out"
     assert layout.profile_dir(SID) == tmp_path / "sessions" / SID / "profile"
-    assert layout.session_file(SID) == tmp_path / "sessions" / SID / "session.json"
     assert layout.state_file(SID) == tmp_path / "sessions" / SID / "state.json"
     assert layout.files_dir("6f1c7a52-0000-4000-8000-000000000001") == (
         tmp_path / "files" / "6f1c7a52-0000-4000-8000-000000000001"
