@@ -594,6 +594,11 @@ class LifecycleModel(RuleBasedStateMachine):
                 c.durable, c.url_durable = c.low, c.navigated and c.low == c.high
             self._router_restarted(c)
         self.router.start()
+        # Claude Code's GET streams reopen a second later and load their sessions: until then
+        # the router does not hold them, and a new session at --max-sessions needs no room.
+        router = self.router
+        loading = [c.session_id for c in self.conversations if c.loaded]
+        wait_for(lambda: all(router.api_sessions().get(s, {}).get("live") is True for s in loading), timeout=SETTLE)
         self.fresh = CHECKS
 
     def _note_saved(self, c: Conversation) -> None:

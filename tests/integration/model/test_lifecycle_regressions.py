@@ -67,3 +67,16 @@ def test_a_router_restart_gives_a_degraded_session_a_new_restart_budget(model: L
         lambda m: m.restart_router(kill=False),
         lambda m: m.call(index=0, tool="browser_click"),
     )
+
+
+def test_a_new_session_after_a_restart_makes_room_once_the_old_ones_are_loaded(model: LifecycleModel) -> None:
+    """After a restart at --max-sessions, a new session came before the Claude-Code-shaped ones'
+    streams had reopened (and loaded them): the router needed no room, the model expected one
+    eviction and counted the sessions not loaded yet as ended."""
+    replay(
+        model,
+        lambda m: m.start(resume_reserve=0, max_sessions=3, max_live_workers=1, opening=[True, True]),
+        lambda m: m.open_session(claude_code=True),
+        lambda m: m.restart_router(kill=False),
+        lambda m: m.open_session(claude_code=False),
+    )
