@@ -28,25 +28,12 @@ from tests.support import (
     wait_for,
     wait_saved,
 )
-from workers.orphans import ENV_SESSION, processes_for
+from workers.orphans import processes_for, running_workers
 
 FIRST_CALL_SLACK = 5.0  # seconds of scheduling noise a loaded 2-core machine may add to one call
 DEFAULT_RESERVE: Final = Settings.model_fields["resume_reserve"].default
 # The pool fills one worker after another: a second reserve worker would be spawning by then.
 SETTLE: Final = 3.0
-
-
-def worker_ids(state_dir: Path) -> set[str]:
-    """The workers with a process running under the state dir, by the marker each one carries."""
-    marker = f"{ENV_SESSION}=".encode()
-    found = set()
-    for pid in processes_for(state_dir):
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue
-        found |= {e[len(marker) :].decode() for e in environ.split(b"\0") if e.startswith(marker)}
-    return found
 
 
 def browser_pids(state_dir: Path, session_id: str | None) -> set[int]:
@@ -179,14 +166,14 @@ def test_three_abandoned_conversations_leave_at_most_one_warm_worker(
         manager.idle_timeout = REAP_IDLE  # only now: none is reaped while the others sign in
         pause_all(router, conversations)
         manager.idle_timeout = 600
-        assert not worker_ids(state) & set(workers)
+        assert not running_workers(state) & set(workers)
 
         def reserve_only() -> bool:
-            return len(manager.pool.ready_ids()) == left and worker_ids(state) == set(manager.pool.ready_ids())
+            return len(manager.pool.ready_ids()) == left and running_workers(state) == set(manager.pool.ready_ids())
 
         wait_for(reserve_only, timeout=RESERVE_READY)
         time.sleep(SETTLE)
-        assert reserve_only() and manager.supervisor.live_count == left, worker_ids(state)
+        assert reserve_only() and manager.supervisor.live_count == left, running_workers(state)
         warm = manager.pool.ready_ids()
         assert len(browser_pids(state, None)) == left  # the reserve's browser, launched; nothing else
         health = httpx.get(f"{router.base_url}/healthz", headers=auth_headers(), timeout=10, trust_env=False).json()

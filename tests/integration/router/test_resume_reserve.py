@@ -30,7 +30,7 @@ from tests.support import (
     wait_for,
     whoami,
 )
-from workers.orphans import processes_for
+from workers.orphans import processes_for, running_workers
 
 SETTLE = 1.5  # the pool looks again at least once a second: long enough to see it did not grow
 RESERVE_FILLED = 30.0  # one stand-in worker at a time, on a loaded machine
@@ -106,7 +106,7 @@ def test_three_abandoned_sessions_leave_at_most_one_worker_after_their_reap(
             assert len(warm) == left and manager.supervisor.live_count == left  # three asleep
             running = set(processes_for(state))
             assert running == {pid for w in warm for pid in processes_for(state, w)}  # nothing but the reserve
-            assert bool(running) == bool(left)
+            assert bool(running) == bool(left) and running_workers(state) == set(warm)
             body = health(router)
             assert (body["reserve"], body["warm_workers"], body["workers"], body["session_workers"]) == (
                 left, left, left, 0,
