@@ -239,9 +239,7 @@ def create_app(settings: Settings) -> Starlette:
             # serving no session (session_workers are the ones that do).
             "reserve": now.reserve_workers,
             "session_workers": now.session_workers,
-            "capacity": {
-                "sessions": now.max_sessions, "workers": now.max_live_workers, "reserve": now.resume_reserve,
-            },
+            "capacity": {"sessions": now.max_sessions, "workers": now.max_live_workers, "reserve": now.resume_reserve},
         }
         if failures:
             body["failures"] = failures
