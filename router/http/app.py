@@ -238,8 +238,9 @@ def create_app(settings: Settings) -> Starlette:
             # Warm workers held for dormant sessions' resumes: counted in workers and warm_workers,
             # serving no session (session_workers are the ones that do).
             "reserve": now.reserve_workers,
+            "reserve_max": now.resume_reserve,
             "session_workers": now.session_workers,
-            "capacity": {"sessions": now.max_sessions, "workers": now.max_live_workers, "reserve": now.resume_reserve},
+            "capacity": {"sessions": now.max_sessions, "workers": now.max_live_workers},
         }
         if failures:
             body["failures"] = failures

@@ -111,7 +111,7 @@ def test_three_abandoned_sessions_leave_at_most_one_worker_after_their_reap(
             assert (body["reserve"], body["warm_workers"], body["workers"], body["session_workers"]) == (
                 left, left, left, 0,
             )  # fmt: skip
-            assert body["capacity"]["reserve"] == reserve and body["sessions"] == 3
+            assert body["reserve_max"] == reserve and body["sessions"] == 3
             api = httpx.get(f"{router.base_url}/api/sessions", headers=auth_headers(), timeout=10, trust_env=False)
             view = api.json()
             assert view["reserve"] == {"workers": left, "max": reserve}
