@@ -15,7 +15,7 @@ import pytest
 
 from router.sessions.table import State
 from router.settings import Settings
-from tests.e2e.cc_steps import REAP_IDLE, RESERVE_READY, carries_on, pause_all, sign_in, worker_of
+from tests.e2e.cc_steps import REAP_IDLE, RESERVE_READY, carries_on, sign_in, wait_worker_gone, worker_of
 from tests.e2e.claude_code import ClaudeCodeClient
 from tests.integration.router.test_warm_pool import router_loop_call
 from tests.support import (
@@ -164,7 +164,8 @@ def test_three_abandoned_conversations_leave_at_most_one_warm_worker(
         for cc in (gone, also_gone):
             assert cc.quit()["deletes"] == 0
         manager.idle_timeout = REAP_IDLE  # only now: none is reaped while the others sign in
-        pause_all(router, conversations)
+        for cc, worker in zip(conversations, workers, strict=True):
+            wait_worker_gone(router, cc.session_id, worker)
         manager.idle_timeout = 600
         assert not running_workers(state) & set(workers)
 
