@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Final
 
 import httpx
@@ -25,12 +26,29 @@ def bearer(token: str | None) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"} if token else {}
 
 
+@dataclass(frozen=True)
+class LiveView:
+    """GET /api/sessions of a running router: its session rows, and its resume reserve (warm
+    workers held for dormant sessions' resumes, which no row shows; None from a router that
+    does not tell)."""
+
+    sessions: list[dict[str, Any]]
+    reserve_workers: int | None = None
+    reserve_max: int | None = None
+
+
 def fetch_live_sessions_at(
     url: str, *, token: str | None = None, timeout: float = TIMEOUT
 ) -> list[dict[str, Any]] | None:
     """The rows of GET /api/sessions of the router at a base URL (e.g. the one
     ``router.router_file.running_router(state_dir)`` finds): live state merged with the record, or
     None when no router answers there (or something else does, or the token is wrong)."""
+    view = fetch_live_view_at(url, token=token, timeout=timeout)
+    return view.sessions if view is not None else None
+
+
+def fetch_live_view_at(url: str, *, token: str | None = None, timeout: float = TIMEOUT) -> LiveView | None:
+    """The rows and the resume reserve from a base URL, or None when no router answers there."""
     try:
         response = httpx.get(
             f"{url.rstrip('/')}/api/sessions", headers=bearer(token), timeout=timeout, trust_env=False
@@ -43,4 +61,10 @@ def fetch_live_sessions_at(
     sessions = body.get("sessions") if isinstance(body, dict) else None
     if not isinstance(sessions, list):
         return None
-    return [s for s in sessions if isinstance(s, dict)]
+    reserve = body.get("reserve")
+    workers, cap = (reserve.get("workers"), reserve.get("max")) if isinstance(reserve, dict) else (None, None)
+    return LiveView(
+        [s for s in sessions if isinstance(s, dict)],
+        workers if isinstance(workers, int) else None,
+        cap if isinstance(cap, int) else None,
+    )

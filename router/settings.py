@@ -69,12 +69,13 @@ class Settings(BaseSettings):
     # Workers spawned ahead of demand, browser launched (router/pool.py); 0 keeps spawning lazy.
     warm_workers: int = Field(default=0, ge=0)
     # Warm workers kept ready while browsed sessions sleep (one per session asleep, up to this
-    # many, past the first only while memory is spare), so a conversation's next call after a
-    # pause takes a browser that is already up (router/sessions/manager.py); 0 turns it off.
-    # Memory for latency: each waits with ~0.35 GiB (headless shell). Ten, as ten conversations
-    # coming back at once need ten (scripts/bench --only resumes); a reserve only does ahead,
-    # during the pause, the bring-up each resume needs anyway.
-    resume_reserve: int = Field(default=10, ge=0)
+    # many, each only while memory is spare), so a conversation's next call after a pause takes
+    # a browser that is already up (router/sessions/manager.py); 0 turns it off, and then nothing
+    # but the router runs once every session sleeps. Memory for latency: each waits with ~0.35
+    # GiB (headless shell), kept for sessions that may never come back (Claude Code never sends
+    # DELETE). One by default: the common case is one conversation coming back; a server with
+    # many that come back at once raises it (scripts/bench --only resumes measures ten).
+    resume_reserve: int = Field(default=1, ge=0)
     # Seconds between the snapshots that keep a waiting warm worker's node and browser warm
     # (router/sessions/pool.py): a first call after 5 min of waiting cost 1.3-1.6x a steady one.
     # 0 turns them off (a call every 20 min still keeps the browser open).

@@ -30,6 +30,7 @@ __all__ = [
     "pid_file",
     "processes_for",
     "remove_pid_file",
+    "running_workers",
     "write_pid_file",
 ]
 
@@ -132,6 +133,20 @@ def processes_for(state_dir: Path, session_id: str | None = None) -> list[int]:
         or p.pgid in groups
         or any(arg.startswith(profile_prefix) for arg in p.cmdline.split(b"\0"))
     )
+
+
+def running_workers(state_dir: Path) -> set[str]:
+    """Ids of the workers under ``state_dir`` that still have a process carrying their marker
+    (node, and the Chromium it started): how many workers are running, not how many processes."""
+    want_dir = f"{ENV_STATE_DIR}={state_dir.resolve()}".encode()
+    prefix = f"{ENV_SESSION}=".encode()
+    skip = _own_lineage()
+    found: set[str] = set()
+    for p in _scan():
+        env = p.environ.split(b"\0")
+        if p.pid not in skip and want_dir in env:
+            found |= {e[len(prefix) :].decode(errors="replace") for e in env if e.startswith(prefix)}
+    return found
 
 
 def _alive(pids: Iterable[int]) -> list[int]:

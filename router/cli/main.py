@@ -43,7 +43,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retention-days", type=float, help="how long the record keeps calls")
     p.add_argument("--warm-workers", type=int, help="workers kept spawned ahead of demand, browser launched")
     p.add_argument(
-        "--resume-reserve", type=int, help="warm workers kept while browsed sessions sleep (default 10; 0: off)"
+        "--resume-reserve", type=int, help="warm workers kept while browsed sessions sleep (default 1; 0: none)"
     )
     p.add_argument(
         "--keep-warm-interval",

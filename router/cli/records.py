@@ -6,13 +6,16 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from router.cli import tables
 from router.layout import StateLayout
 from router.record.records import RecordNotFound, Records
 from router.router_file import running_router
 from router.settings import Settings
+
+if TYPE_CHECKING:
+    from router.api_client import LiveView
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -79,20 +82,23 @@ def _sessions(args: argparse.Namespace) -> int:
         from router.cli.cluster import show_cluster
 
         return show_cluster(args.nodes, layout(args).root, args.limit)
-    live = _live_sessions(layout(args).root)
+    live = _live_view(layout(args).root)
     if live is not None:
-        # A running router knows more than the file: live state, worker pid/port, memory.
-        print(tables.format_sessions_table(live[: args.limit]))
+        # A running router knows more than the file: live state, worker pid/port, memory, and the
+        # warm workers it holds for resumes, which are no session's.
+        print(tables.format_sessions_table(live.sessions[: args.limit]))
+        if live.reserve_workers is not None and live.reserve_max is not None:
+            print(tables.format_reserve(live.reserve_workers, live.reserve_max))
         return 0
     return _run(args, "sessions")
 
 
-def _live_sessions(state_dir: Path) -> list[dict[str, Any]] | None:
-    from router.api_client import fetch_live_sessions_at
+def _live_view(state_dir: Path) -> LiveView | None:
+    from router.api_client import fetch_live_view_at
     from router.cli import admin
 
     url = running_router(state_dir)
-    return fetch_live_sessions_at(url, token=admin.state_dir_token(state_dir)) if url is not None else None
+    return fetch_live_view_at(url, token=admin.state_dir_token(state_dir)) if url is not None else None
 
 
 def _show(args: argparse.Namespace) -> int:

@@ -55,6 +55,14 @@ def format_sessions_table(rows: Sequence[Mapping[str, Any]], *, tz: tzinfo | Non
     return _table(headers, body, frozenset({4, 5}))
 
 
+def format_reserve(workers: int, cap: int) -> str:
+    """The resume reserve of a running router: warm workers that serve no session yet."""
+    if cap <= 0:
+        return "resume reserve: none (--resume-reserve 0)"
+    plural = "" if workers == 1 else "s"
+    return f"resume reserve: {workers} warm worker{plural} (at most {cap}, while browsed sessions sleep)"
+
+
 def _short(value: Any, width: int = PARAMS_WIDTH) -> str:
     if value is None or value == {}:
         return ""

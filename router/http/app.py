@@ -235,6 +235,11 @@ def create_app(settings: Settings) -> Starlette:
             "workers": now.live_workers,
             "slots": now.slots,  # held or being filled: equal to workers once settled
             "warm_workers": now.warm_workers,
+            # Warm workers held for dormant sessions' resumes: counted in workers and warm_workers,
+            # serving no session (session_workers are the ones that do).
+            "reserve": now.reserve_workers,
+            "reserve_max": now.resume_reserve,
+            "session_workers": now.session_workers,
             "capacity": {"sessions": now.max_sessions, "workers": now.max_live_workers},
         }
         if failures:

@@ -159,9 +159,12 @@ class Api:
         rows = [self._row(r, live.pop(r["id"], None), memory) for r in recorded]
         # Live sessions the record does not show (recording off, or beyond the limit) come first.
         extra = [self._row(None, s, memory) for s in sorted(live.values(), key=lambda s: -s.created)]
+        now = self.manager.stats()
         return _Json({
             "sessions": extra + rows, "recording": records is not None, "now": time.time(),
             "node": self.manager.node_id,  # behind a balancer: whose sessions these are (--node-id)
+            # Warm workers held for resumes: no session's, so in no row.
+            "reserve": {"workers": now.reserve_workers, "max": now.resume_reserve},
         })
 
     async def session(self, request: Request) -> Response:

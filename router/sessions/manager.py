@@ -293,12 +293,15 @@ class SessionManager:
             live_workers=self.supervisor.live_count,
             slots=len(self.admission),
             warm_workers=len(self.pool),
+            reserve_workers=self.pool.reserve_ready(),
+            session_workers=len(self.sessions.with_worker()),
             warm_pokes=self.pool.pokes,
             saves_written=saver.written,
             saves_unchanged=saver.unchanged,
             accepting=self.accepting_sessions(),
             max_sessions=self.max_sessions,
             max_live_workers=self.admission.max_live_workers,
+            resume_reserve=self.resume_reserve,
         )
 
     def accepting_sessions(self) -> bool:

@@ -83,9 +83,9 @@ class WarmPool:
         """``size`` workers always (``--warm-workers``); ``extra_demand()`` more while it asks
         for them (the resume reserve: a dormant session will want one soon). Each fill waits
         its turn in ``bring_ups`` with the sessions' own spawns: a refill never makes a burst
-        of resumes run more bring-ups at once than there are cores. Past ``size`` and the reserve's
-        first worker, a fill also needs ``spare_memory()``: the reserve grows with the sessions
-        that went to sleep, never into swap; while ``memory_short()``, it shrinks back to them.
+        of resumes run more bring-ups at once than there are cores. Past ``size``, a fill also
+        needs ``spare_memory()`` (the reserve's first worker too: memory spent on a guess is
+        never taken from a machine short of it); while ``memory_short()``, it shrinks to ``size``.
         A ready worker is poked every ``keep_warm_every`` seconds (0: only every 20 min, which
         keeps its browser open)."""
         self.admission = admission
@@ -130,6 +130,10 @@ class WarmPool:
     def ready_ids(self) -> list[str]:
         """Ids of the ready workers, the next one to be taken first."""
         return [e.id for e in self._entries.values() if e.ready]
+
+    def reserve_ready(self) -> int:
+        """Ready workers held for resumes: those past ``size`` (any ready worker serves either)."""
+        return max(0, len(self) - self.size)
 
     def wake(self) -> None:
         """The demand may have changed (a session went to sleep): look again now, not at the
@@ -256,12 +260,12 @@ class WarmPool:
 
     async def _trim(self) -> None:
         """Ends a ready worker nobody is expected to want any more (the reserve's demand went),
-        or one the reserve grew by while memory was spare once it no longer is."""
+        or one of the reserve's once memory is short."""
         ready = [e for e in self._entries.values() if e.ready]
         if not ready:
             return
         unwanted = len(self._entries) > self.target()
-        if unwanted or (len(self._entries) > self.size + 1 and self.memory_short()):
+        if unwanted or (len(self._entries) > self.size and self.memory_short()):
             entry = ready[-1]
             self._entries.pop(entry.id, None)
             why = "no longer wanted" if unwanted else "memory is short"
@@ -287,7 +291,7 @@ class WarmPool:
         return (
             not self._stopping
             and len(self._entries) < self.target()
-            and (len(self._entries) <= self.size or self.spare_memory())
+            and (len(self._entries) < self.size or self.spare_memory())
             and not self._yielding
             and self.admission.has_room()
             and time.monotonic() >= self._retry_at

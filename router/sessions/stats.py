@@ -13,9 +13,12 @@ class ManagerStats:
     live_workers: int = 0  # worker processes alive
     slots: int = 0  # worker slots held or being filled: equal to live_workers once settled
     warm_workers: int = 0  # ready in the pool (--warm-workers, the resume reserve)
+    reserve_workers: int = 0  # of those, held for dormant sessions' resumes (the resume reserve)
+    session_workers: int = 0  # workers serving a session now (not counting the warm ones)
     warm_pokes: int = 0  # calls that kept waiting warm workers warm
     saves_written: int = 0  # browser state saves that changed state.json
     saves_unchanged: int = 0  # saves that found it holding the same state
     accepting: bool = True  # an initialize would be taken now
     max_sessions: int = 0
     max_live_workers: int = 0
+    resume_reserve: int = 0  # the reserve's cap (--resume-reserve; 0: none)

@@ -26,6 +26,7 @@ from bench_lib import (
     handshakes_report,
     handshakes_resume,
     latency_phase,
+    left_behind,
     load_phase,
     node_start,
     report,
@@ -46,7 +47,7 @@ from bench_lib.targets import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_PHASES = "latency,init,handshakes,node,commit,memory,throughput"
+DEFAULT_PHASES = "latency,init,handshakes,node,commit,reserve,memory,throughput"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -67,7 +68,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=DEFAULT_PHASES,
         help=f"phases to run, comma-separated (default {DEFAULT_PHASES}). Alone: `latency` ~5 min; "
         "`init` ~1 min; `handshakes` 1–2 min (Claude-Code-shaped handshakes, first calls, resumes); "
-        "`node` ~30 s; `commit` ~10 s (in-process, no browser); `memory`, `throughput` ~2 min together. "
+        "`node` ~30 s; `commit` ~10 s (in-process, no browser); `reserve` ~1.5 min (warm workers left after "
+        "three abandoned sessions are reaped, default and `--resume-reserve 0`); `memory`, `throughput` "
+        "~2 min together. "
         "Not in the default: `first-calls` (only the handshakes phase's first call after a warm initialize, "
         "~1 min); `resumes` (only its sessions resuming at once, ~1 min); `aged` (first calls and resumes "
         "after warm workers waited --aged-idle s, kept warm and not, ~8 min); `spaced` (the router's CPU per "
@@ -80,7 +83,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--resume-at-once", type=int, default=10, help="sessions resuming at once (0: skip)")
     p.add_argument(
         "--resume-at-once-reserve", type=int, default=10,
-        help="--resume-reserve of that router (memory for latency; 10, the router's default)",
+        help="--resume-reserve of that router (memory for latency; 10: one per session coming back; "
+        "the router's default is 1)",
     )
     p.add_argument(
         "--resume-bursts", type=int, default=handshakes_resume.RESUME_BURSTS,
@@ -260,6 +264,12 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
         await m.quiet("commit")
         m.say("commit: what a tool answer waits for before it leaves (its rows committed), in-process")
         out += [*commit.table(await commit.measure(calls=a.commit_calls, warmup=max(20, a.commit_calls // 10))), ""]
+
+    if "reserve" in a.only:
+        m.say(f"reserve: warm workers left {left_behind.AFTER_REAP:g} s after abandoned sessions are reaped")
+        left = await left_behind.measure(env, page)
+        out += [*left_behind.table(left), ""]
+        goals += left_behind.goals(left)
 
     if {"memory", "throughput"} & a.only:
         out += await load_phase.run(a, env, page)

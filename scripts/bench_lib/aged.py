@@ -50,7 +50,7 @@ async def aged(
     are full again (a first call's take refills its pool 3 s later) and the machine is quiet."""
     every = [] if interval is None else ["--keep-warm-interval", f"{interval:g}"]
     label = f"kept warm (a snapshot every {interval:g} s)" if every else "kept warm (the default, 30 s)"
-    flags = ["--warm-workers", str(reps), "--idle-timeout", f"{REAP_IDLE:g}"]
+    flags = ["--warm-workers", str(reps), "--idle-timeout", f"{REAP_IDLE:g}", "--resume-reserve", str(reps)]
     sides = [
         _Side(start_router(env, "router-aged-kept", *flags, *every), FirstCallRow(label), AtOnceRow(label, 1), []),
         _Side(

@@ -186,13 +186,15 @@ def tree_cpu_seconds(router_pid: int, state_dir: Path) -> float:
 
 
 def chromium_count(state_dir: Path) -> int:
-    """Browser main processes (not zygotes/renderers) started under state_dir."""
+    """Browser main processes (not zygotes/renderers/crashpad) started under state_dir."""
     n = 0
     for pid in processes_for(state_dir):
         try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if cmd and b"chrom" in cmd[0] and not any(a.startswith(b"--type=") for a in cmd):
+        # Zygote children rewrite their argv into one space-separated string: look at the bytes.
+        program = cmdline.split(b"\0")[0].split(b" ")[0]
+        if b"chrom" in program and b"crashpad" not in program and b"--type=" not in cmdline:
             n += 1
     return n

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
 
-from tests.support import RawClient, RouterThread, find_ref, wait_for
+from router.cli.tables import format_reserve
+from tests.integration.router.test_warm_pool import router_loop_call
+from tests.support import RawClient, RouterThread, find_ref, router_settings, wait_for
 from workers.orphans import processes_for
 
 
@@ -136,6 +138,32 @@ def test_dashboard_follows_a_live_session_and_ends_it(pw_router: RouterThread, p
         assert pw_router.manager.sessions.get(c.session_id) is None
         expect(row.locator(".state")).to_have_text("closed")
         expect(page.locator("#end-button")).to_be_disabled()
+
+
+def test_the_resume_reserve_is_a_line_of_its_own_not_a_session(state_dir: Path, page: Page) -> None:
+    """A session browsed and went to sleep: the reserve's warm worker is told under the table, and
+    the table still lists the one session, without a worker. With the stand-in worker."""
+    settings = router_settings(state_dir, resume_reserve=1, idle_timeout=600)
+    with RouterThread(settings) as router, RawClient(router.url) as c:
+        sign_in(page, router)
+        reserve = page.locator("#reserve")
+        expect(reserve).to_have_text(format_reserve(0, 1))  # the words of `mcp-router sessions`
+        c.initialize(name="reserve-client")
+        c.text("browser_navigate", url="https://example.test/")
+        manager = router.manager
+        router_loop_call(router, manager.hibernate(manager.sessions.get(c.session_id)))
+        wait_for(manager.pool.ready_ids, timeout=30)
+        expect(reserve).to_have_text("resume reserve: 1 warm worker (at most 1, while browsed sessions sleep)")
+        rows = page.locator("#sessions tbody tr")
+        expect(rows).to_have_count(1)
+        expect(rows.first).to_contain_text("hibernated")
+        expect(rows.first.locator("td").nth(7)).to_have_text("-")  # no worker: the warm one is no session's
+        c.delete()
+
+
+def test_without_a_reserve_the_dashboard_says_so(pw_router: RouterThread, page: Page) -> None:
+    sign_in(page, pw_router)
+    expect(page.locator("#reserve")).to_have_text(format_reserve(0, 0))
 
 
 def test_dismissed_confirm_changes_nothing(pw_router: RouterThread, page: Page) -> None:

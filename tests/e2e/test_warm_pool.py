@@ -1,5 +1,6 @@
 """The warm pool with the real worker: the client's first tool call lands in the browser the pool
-launched before the client's initialize, not in a new one; so does a resume's."""
+launched before the client's initialize, not in a new one; so does a resume's. Conversations
+abandoned without a DELETE leave at most the resume reserve's one worker behind (none at 0)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,36 @@ import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Final
+
+import httpx
+import pytest
 
 from router.sessions.table import State
+from router.settings import Settings
+from tests.e2e.cc_steps import REAP_IDLE, RESERVE_READY, carries_on, sign_in, wait_worker_gone, worker_of
+from tests.e2e.claude_code import ClaudeCodeClient
 from tests.integration.router.test_warm_pool import router_loop_call
-from tests.support import RawClient, RouterThread, find_ref, router_settings, wait_for, wait_saved
-from workers.orphans import processes_for
+from tests.support import (
+    RawClient,
+    RouterThread,
+    auth_headers,
+    find_ref,
+    playwright_router,
+    router_settings,
+    wait_for,
+    wait_saved,
+)
+from workers.orphans import processes_for, running_workers
 
 FIRST_CALL_SLACK = 5.0  # seconds of scheduling noise a loaded 2-core machine may add to one call
+DEFAULT_RESERVE: Final = Settings.model_fields["resume_reserve"].default
+# The pool fills one worker after another: a second reserve worker would be spawning by then.
+SETTLE: Final = 3.0
 
 
-def browser_pids(state_dir: Path, session_id: str) -> set[int]:
-    """Chromium main processes (not zygotes or renderers) of one worker."""
+def browser_pids(state_dir: Path, session_id: str | None) -> set[int]:
+    """Chromium main processes (not zygotes or renderers) of one worker (None: of all)."""
     found = set()
     for pid in processes_for(state_dir, session_id):
         try:
@@ -119,3 +139,46 @@ def test_sessions_resuming_together_take_turns_and_each_gets_its_own_page_back(
         for client, value in ((a, "a"), (b, "b")):
             assert f"cookie={value} storage={value}" in client.text("browser_navigate", url=f"{pages}/get")
             assert client.delete().status_code == 200
+
+
+@pytest.mark.parametrize(("reserve", "left"), [(DEFAULT_RESERVE, 1), (0, 0)], ids=["default", "none"])
+def test_three_abandoned_conversations_leave_at_most_one_warm_worker(
+    state_dir: Path, chromium: str, pages: str, reserve: int, left: int
+) -> None:
+    """Three Claude-Code-shaped conversations (roots declared, GET stream held) sign in; two go
+    for good and one pauses, none with a DELETE. Once all three are reaped, the router holds one
+    warm worker with its browser by default, shown as the reserve, and with ``--resume-reserve
+    0`` no worker process and no Chromium at all. The paused one's old ref still clicks: on the
+    reserve's worker, or on a worker spawned for it."""
+    state = state_dir
+    with (
+        playwright_router(state, chromium, idle_timeout=600, resume_reserve=reserve) as router,
+        ClaudeCodeClient(router.url) as back,
+        ClaudeCodeClient(router.url) as gone,
+        ClaudeCodeClient(router.url) as also_gone,
+    ):
+        manager = router.manager
+        conversations = (back, gone, also_gone)
+        befores = [sign_in(cc, pages, f"abandoned{k}") for k, cc in enumerate(conversations)]
+        workers = [worker_of(router, cc.session_id) for cc in conversations]
+        for cc in (gone, also_gone):
+            assert cc.quit()["deletes"] == 0
+        manager.idle_timeout = REAP_IDLE  # only now: none is reaped while the others sign in
+        for cc, worker in zip(conversations, workers, strict=True):
+            wait_worker_gone(router, cc.session_id, worker)
+        manager.idle_timeout = 600
+        assert not running_workers(state) & set(workers)
+
+        def reserve_only() -> bool:
+            return len(manager.pool.ready_ids()) == left and running_workers(state) == set(manager.pool.ready_ids())
+
+        wait_for(reserve_only, timeout=RESERVE_READY)
+        time.sleep(SETTLE)
+        assert reserve_only() and manager.supervisor.live_count == left, running_workers(state)
+        warm = manager.pool.ready_ids()
+        assert len(browser_pids(state, None)) == left  # the reserve's browser, launched; nothing else
+        health = httpx.get(f"{router.base_url}/healthz", headers=auth_headers(), timeout=10, trust_env=False).json()
+        assert (health["reserve"], health["workers"], health["session_workers"]) == (left, left, 0), health
+
+        carries_on(back, befores[0], router)
+        assert worker_of(router, back.session_id) == (warm[0] if left else back.session_id)

@@ -92,6 +92,21 @@ function renderSessions(data) {
   $("no-sessions").hidden = rows.length > 0;
 }
 
+// Warm workers held for dormant sessions' resumes: no session's, so in no row of the table. The
+// same words as `mcp-router sessions` (router/cli/tables.py, format_reserve).
+function reserveText(reserve) {
+  if (reserve.max <= 0) return "resume reserve: none (--resume-reserve 0)";
+  const plural = reserve.workers === 1 ? "" : "s";
+  return "resume reserve: " + reserve.workers + " warm worker" + plural +
+    " (at most " + reserve.max + ", while browsed sessions sleep)";
+}
+
+function renderReserve(reserve) {
+  // The cluster view has no one reserve: each node keeps its own.
+  $("reserve").hidden = !reserve;
+  $("reserve").textContent = reserve ? reserveText(reserve) : "";
+}
+
 async function pollSessions() {
   try {
     if (state.cluster === null) {
@@ -99,6 +114,7 @@ async function pollSessions() {
     }
     const data = await getJson(state.cluster ? "/api/cluster/sessions" : "/api/sessions");
     renderSessions(data);
+    renderReserve(data.reserve);
     // Each node of a cluster keeps its own sessions: say which node this is, and who is silent.
     const node = data.node ? "node " + data.node + (state.cluster ? " (cluster view)" : "") + " · " : "";
     const missing = (data.missing || []).map((url) => " · " + url + " not answering").join("");

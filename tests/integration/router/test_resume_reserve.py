@@ -1,5 +1,7 @@
 """The resume reserve with the stand-in worker: it grows with the sessions that went to sleep, up to
-``resume_reserve`` and only while memory is spare; sessions resuming together take its workers."""
+``resume_reserve`` and only while memory is spare (its first worker too); sessions resuming
+together take its workers. By default it is one worker, shown as the reserve and as no session's;
+at 0 nothing of a worker runs once every session sleeps."""
 
 from __future__ import annotations
 
@@ -11,16 +13,31 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
+from router.sessions.pool import REFILL_DELAY
 from router.sessions.resume_notice import NOTICE_PREFIX, PARTIAL_NOTICE_PREFIX
 from router.sessions.table import State
+from router.settings import Settings
 from tests.integration.router.test_warm_pool import router_loop_call
-from tests.support import RawClient, RouterThread, async_wait_for, router_settings, wait_for, whoami
+from tests.support import (
+    RawClient,
+    RouterThread,
+    async_wait_for,
+    auth_headers,
+    router_settings,
+    wait_for,
+    whoami,
+)
+from workers.orphans import processes_for, running_workers
 
 SETTLE = 1.5  # the pool looks again at least once a second: long enough to see it did not grow
 RESERVE_FILLED = 30.0  # one stand-in worker at a time, on a loaded machine
 SHORT_RESTORE_BUDGET = 0.5  # the budget a stuck restore gets here (seconds), made short
+DEFAULT_RESERVE = Settings.model_fields["resume_reserve"].default
+REAP_IDLE = 0.5  # seconds: the idle timeout the abandoned sessions are reaped under
+REAPED_WITHIN = 15.0
 
 
 @contextmanager
@@ -47,6 +64,67 @@ def put_to_sleep(router: RouterThread, clients: list[RawClient]) -> list[int]:
     return pids
 
 
+def abandon(router: RouterThread, clients: list[RawClient]) -> list[int]:
+    """Each client browses, then goes quiet without a DELETE (as Claude Code leaves) until the
+    router has reaped its worker; their pids."""
+    pids = []
+    for client in clients:
+        client.initialize()
+        client.text("browser_navigate", url="https://example.test/")
+        pids.append(whoami(client)["pid"])
+    manager = router.manager
+    manager.idle_timeout = REAP_IDLE
+    sessions = [manager.sessions.get(c.session_id) for c in clients]
+    wait_for(lambda: all(s.state is State.REAPED for s in sessions), timeout=REAPED_WITHIN)
+    manager.idle_timeout = 600  # a resume's worker is not reaped again under the test
+    return pids
+
+
+def health(router: RouterThread) -> dict[str, Any]:
+    answer = httpx.get(f"{router.base_url}/healthz", headers=auth_headers(), timeout=10, trust_env=False)
+    assert answer.status_code == 200, answer.text
+    body: dict[str, Any] = answer.json()
+    return body
+
+
+@pytest.mark.parametrize(("reserve", "left"), [(DEFAULT_RESERVE, 1), (0, 0)], ids=["default", "none"])
+def test_three_abandoned_sessions_leave_at_most_one_worker_after_their_reap(
+    state_dir: Path, reserve: int, left: int
+) -> None:
+    """Three conversations browse and go without a DELETE; once they are reaped, the router holds
+    one warm worker by default (shown as the reserve, serving no session) and none at all with
+    ``--resume-reserve 0``. A resume still works: it takes the reserve's worker, or spawns."""
+    state = state_dir
+    with RouterThread(router_settings(state, resume_reserve=reserve, idle_timeout=600)) as router:
+        manager = router.manager
+        with clients_of(router, 3) as clients:
+            old_pids = abandon(router, clients)
+            wait_for(lambda: len(manager.pool.ready_ids()) == left and manager.supervisor.live_count == left,
+                     timeout=RESERVE_FILLED)  # fmt: skip
+            time.sleep(SETTLE)
+            warm = manager.pool.ready_ids()
+            assert len(warm) == left and manager.supervisor.live_count == left  # three asleep
+            running = set(processes_for(state))
+            assert running == {pid for w in warm for pid in processes_for(state, w)}  # nothing but the reserve
+            assert bool(running) == bool(left) and running_workers(state) == set(warm)
+            body = health(router)
+            assert (body["reserve"], body["warm_workers"], body["workers"], body["session_workers"]) == (
+                left, left, left, 0,
+            )  # fmt: skip
+            assert body["reserve_max"] == reserve and body["sessions"] == 3
+            api = httpx.get(f"{router.base_url}/api/sessions", headers=auth_headers(), timeout=10, trust_env=False)
+            view = api.json()
+            assert view["reserve"] == {"workers": left, "max": reserve}
+            assert sorted(row["id"] for row in view["sessions"]) == sorted(c.session_id for c in clients)
+            assert not any(row["worker_pid"] for row in view["sessions"])  # the reserve is no session's
+
+            warm_pids = {manager.supervisor.get(w).pid for w in warm}
+            pid = whoami(clients[0])["pid"]
+            assert pid not in old_pids
+            assert (pid in warm_pids) == bool(left)  # taken from the reserve, or spawned
+            assert manager.sessions.get(clients[0].session_id).state is State.LIVE
+
+
 def test_the_reserve_grows_with_sleeping_sessions_up_to_its_cap(state_dir: Path) -> None:
     settings = router_settings(state_dir, resume_reserve=2, idle_timeout=600)
     with RouterThread(settings) as router, clients_of(router, 3) as clients:
@@ -65,17 +143,21 @@ def test_the_reserve_grows_with_sleeping_sessions_up_to_its_cap(state_dir: Path)
             assert router.manager.sessions.get(client.session_id).state is State.LIVE
 
 
-def test_without_spare_memory_the_reserve_keeps_one_worker(state_dir: Path, monkeypatch: Any) -> None:
+@pytest.mark.parametrize("warm_workers", [0, 1])
+def test_without_spare_memory_the_reserve_holds_no_worker(state_dir: Path, monkeypatch: Any, warm_workers: int) -> None:
+    """Not even its first: only the ``--warm-workers`` ones, which are asked for outright, come up."""
     monkeypatch.setattr("router.sessions.manager.room_for_another_warm_worker", lambda: False)
-    settings = router_settings(state_dir, resume_reserve=2, idle_timeout=600)
+    settings = router_settings(state_dir, resume_reserve=2, warm_workers=warm_workers, idle_timeout=600)
     with RouterThread(settings) as router, clients_of(router, 2) as clients:
-        put_to_sleep(router, clients)
-        wait_for(lambda: router.manager.pool.ready_ids(), timeout=RESERVE_FILLED)
-        time.sleep(SETTLE)
-        assert len(router.manager.pool.ready_ids()) == 1
+        abandon(router, clients)
+        pool = router.manager.pool
+        wait_for(lambda: len(pool.ready_ids()) == warm_workers, timeout=RESERVE_FILLED)
+        time.sleep(SETTLE + REFILL_DELAY)  # a first call took a --warm-workers one: the refill waits
+        assert len(pool.ready_ids()) == warm_workers and router.manager.supervisor.live_count == warm_workers
+        assert health(router)["reserve"] == 0
 
 
-def test_when_memory_runs_short_the_reserve_gives_back_what_it_grew_by(state_dir: Path, monkeypatch: Any) -> None:
+def test_when_memory_runs_short_the_reserve_gives_back_every_worker(state_dir: Path, monkeypatch: Any) -> None:
     short = [False]
     monkeypatch.setattr("router.sessions.manager.memory_below_floor", lambda: short[0])
     monkeypatch.setattr("router.sessions.manager.room_for_another_warm_worker", lambda: not short[0])
@@ -84,11 +166,12 @@ def test_when_memory_runs_short_the_reserve_gives_back_what_it_grew_by(state_dir
         put_to_sleep(router, clients)
         pool = router.manager.pool
         wait_for(lambda: len(pool.ready_ids()) == 3, timeout=RESERVE_FILLED)
-        short[0] = True  # browsing sessions grew: the reserve's extra workers go, its first stays
-        wait_for(lambda: len(pool.ready_ids()) == 1 and router.manager.supervisor.live_count == 1,
+        short[0] = True  # browsing sessions grew: the reserve's workers go, its first too
+        wait_for(lambda: not pool.ready_ids() and router.manager.supervisor.live_count == 0,
                  timeout=RESERVE_FILLED)  # fmt: skip
         time.sleep(SETTLE)
-        assert len(pool.ready_ids()) == 1  # and it does not refill while memory stays short
+        assert not pool.ready_ids()  # and it does not refill while memory stays short
+        assert not processes_for(state_dir)
 
 
 @pytest.mark.parametrize("bring_ups", [1, 3])

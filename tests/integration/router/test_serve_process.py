@@ -10,12 +10,14 @@ import stat
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
-from tests.support import RawClient, initialize_body, run_cli, serve_process, wait_for
+from tests.support import RawClient, auth_headers, initialize_body, run_cli, serve_process, wait_for
 from workers.orphans import processes_for
 
 SIGNAL_SHUTDOWN_LIMIT = 10.0
+REAP_AND_FILL = 30.0  # a 1-s idle timeout, the reap, and the reserve's stand-in worker, under load
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -55,6 +57,39 @@ def test_sessions_command_shows_live_state_of_a_running_router(state_dir: Path) 
         assert "PID" in out.stdout and "MEMORY" in out.stdout
         line = next(line for line in out.stdout.splitlines() if (c.session_id or "?") in line)
         assert "live-cli" in line
+        c.delete()
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        ((), "resume reserve: 1 warm worker (at most 1, while browsed sessions sleep)"),
+        (("--resume-reserve", "0"), "resume reserve: none (--resume-reserve 0)"),
+    ],
+    ids=["default", "none"],
+)
+def test_sessions_command_shows_the_resume_reserve_apart_from_the_sessions(
+    state_dir: Path, args: tuple[str, ...], line: str
+) -> None:
+    """A conversation browses and goes quiet until it is reaped: the reserve's warm worker (by
+    default) is a line of its own, not a session row, and the session's row has no worker."""
+    reserve = 0 if args else 1
+    with serve_process(state_dir, "--idle-timeout", "1", *args) as server, RawClient(server.url) as c:
+        c.initialize(name="reserve-cli")
+        c.text("browser_navigate", url="https://example.test/")
+
+        def settled() -> bool:
+            body = httpx.get(f"{server.base_url}/healthz", headers=auth_headers(), timeout=5, trust_env=False).json()
+            return body["session_workers"] == 0 and body["reserve"] == reserve and body["workers"] == reserve
+
+        wait_for(settled, timeout=REAP_AND_FILL)
+        out = run_cli("sessions", "--state-dir", str(state_dir))
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert lines[-1] == line, out.stdout
+        [row] = [text for text in lines if "reserve-cli" in text]  # one session, the reserve in no row
+        assert (c.session_id or "?") in row and " reaped " in row and " - " in row, out.stdout  # no worker pid
+        assert len(lines) == 4, out.stdout  # header, rule, the session, the reserve
         c.delete()
 
 
