@@ -78,7 +78,7 @@ def cross_site_refusal(request: Request) -> str | None:
 # What a session's row shows from the record; a live session's state overrides some.
 RECORDED_KEYS: Final = (
     "id", "state", "client", "created", "last_activity", "calls", "errors", "requests", "parent_id",
-    "protocol_version", "last_resume",
+    "protocol_version", "last_resume", "conversation",
 )  # fmt: skip
 
 
@@ -139,6 +139,7 @@ class Api:
             last_activity=max(live.last_activity, rec.get("last_activity") or 0.0),
             protocol_version=live.protocol_version or rec.get("protocol_version"),
             in_flight=live.in_flight,
+            conversation=live.conversation or rec.get("conversation"),
             idle_seconds=round(live.idle_for(time.monotonic()), 1),
         )
         if worker is not None and worker.alive():

@@ -26,7 +26,10 @@ REASON_TEXT: Final = {
     "hibernation": "it was hibernated to make room",
     "router-restart": "a restart of the router",
     "new-browser": "create_new_session",
+    "conversation": "the conversation resumed",
 }
+# A new session that continues a conversation (router/sessions/conversations.py).
+CONVERSATION_REASON: Final = "conversation"
 
 
 NOTICE_PREFIX: Final = "[mcp-router] This conversation's browser was restored"
