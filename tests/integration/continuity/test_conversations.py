@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from router.sessions.conversations import conversation_id
 from router.types import H_CONVERSATION
 from tests.support import STANDIN_WORKER_COMMAND, TEST_TOKEN, RawClient, RouterThread, router_settings, wait_for
 from tests.support.client import initialize_body
+from tests.support.routers import ROOT
 
 KEY = "3f0c6a55-0d0e-4bd4-9b7e-1c2d3e4f5a6b"  # shaped like Claude Code's CLAUDE_CODE_SESSION_ID
 PAGE = "http://127.0.0.1:9/conversation-page"
@@ -145,7 +148,8 @@ def test_a_reaped_session_of_the_conversation_hands_on_its_state(tmp_path: Path)
 
 
 @pytest.mark.parametrize(
-    "key", ["", "semi;colon", "a b", "comma,list", "ключ", "x" * 129, "../../etc/passwd", "a\\b", '"quoted"', "-leading-dash"]
+    "key",
+    ["", "semi;colon", "a b", "comma,list", "ключ", "x" * 129, "../../etc/passwd", "a\\b", '"quoted"', "-leading-dash"],
 )
 def test_a_malformed_or_too_long_key_gets_400_and_no_session(router: RouterThread, key: str) -> None:
     client = RawClient(router.url)
@@ -158,3 +162,28 @@ def test_a_malformed_or_too_long_key_gets_400_and_no_session(router: RouterThrea
     assert len(router.manager.sessions) == 0
     client.close()
 
+
+
+def test_the_record_shows_a_conversations_sessions(router: RouterThread) -> None:
+    first = browse_and_leave(router, KEY, times=1)
+    second = browse_and_leave(router, KEY, times=1)
+    browse_and_leave(router, "another", times=1)
+    cid = conversation_id(conversation_scope(TEST_TOKEN), KEY)
+    with RawClient(router.url) as c:
+        rows = c.http.get(f"{router.base_url}/api/sessions").json()["sessions"]
+    assert {r["id"]: r["conversation"] for r in rows if r["id"] in (first, second)} == {first: cid, second: cid}
+    state = router.settings.state_dir
+    shown = subprocess.run(
+        [sys.executable, "-m", "router.cli", "show", "--conversation", KEY, "--state-dir", str(state)],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    headers = [line.split()[1] for line in shown.stdout.splitlines() if line.startswith("session ")]
+    assert headers == [first, second]  # oldest first, the other conversation not among them
+    assert "conversation" in shown.stdout  # the second's resume, and why
+    for bad, code in (("no-such-conversation", 1), ("bad key", 2)):
+        refused = subprocess.run(
+            [sys.executable, "-m", "router.cli", "show", "--conversation", bad, "--state-dir", str(state)],
+            capture_output=True, text=True, timeout=60, cwd=ROOT,
+        )  # fmt: skip
+        assert refused.returncode == code and refused.stderr, refused
