@@ -140,12 +140,17 @@ def wait_worker_gone(router: RouterThread, session_id: str, worker: str) -> None
     wait_for(lambda: session.connection is None and not processes_for(state, worker), timeout=WORKER_GONE)
 
 
-def pause_all(router: RouterThread, clients: tuple[ClaudeCodeClient, ...]) -> None:
-    """The pause of several conversations: until each is dormant and its worker gone (the workers
-    read first: one conversation may be reaped while the wait is on another)."""
-    workers = [worker_of(router, cc.session_id) for cc in clients]
+def pause_all(router: RouterThread, clients: tuple[ClaudeCodeClient, ...], pages: str, tag: str) -> list[Before]:
+    """Each conversation signed in (``sign_in``, tagged ``<tag><k>``), then the pause of them
+    all: until each is dormant and its worker gone. Each worker is read right after its own
+    sign-in: under load the first conversation may be reaped while the next one signs in."""
+    befores, workers = [], []
+    for k, cc in enumerate(clients):
+        befores.append(sign_in(cc, pages, f"{tag}{k}"))
+        workers.append(worker_of(router, cc.session_id))
     for cc, worker in zip(clients, workers, strict=True):
         wait_worker_gone(router, cc.session_id, worker)
+    return befores
 
 
 def signed_in_and_saved(cc: ClaudeCodeClient, router: RouterThread, pages: str, tag: str) -> Before:

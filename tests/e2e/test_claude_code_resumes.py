@@ -87,8 +87,7 @@ def test_two_conversations_back_at_once_each_take_a_warm_worker(reaping: RouterT
     handshake replayed), and each carries on with its cookie, page and pings."""
     with ClaudeCodeClient(reaping.url) as first, ClaudeCodeClient(reaping.url) as second:
         pair = (first, second)
-        befores = [sign_in(cc, pages, f"together{k}") for k, cc in enumerate(pair)]
-        pause_all(reaping, pair)
+        befores = pause_all(reaping, pair, pages, "together")
         session = reaping.manager.sessions.get(first.session_id)
         assert session is not None
         pool = reaping.manager.pool
@@ -115,8 +114,7 @@ def test_with_memory_short_the_reserve_ends_its_extra_worker_and_both_still_resu
     spare, short = pool.spare_memory, pool.memory_short
     with ClaudeCodeClient(reaping.url) as first, ClaudeCodeClient(reaping.url) as second:
         pair = (first, second)
-        befores = [sign_in(cc, pages, f"short{k}") for k, cc in enumerate(pair)]
-        pause_all(reaping, pair)
+        befores = pause_all(reaping, pair, pages, "short")
         warm = wait_for(lambda: (lambda ids: ids if len(ids) >= 2 else None)(pool.ready_ids()),
                         timeout=2 * RESERVE_READY)  # fmt: skip
         try:

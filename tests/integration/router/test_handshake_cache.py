@@ -15,7 +15,7 @@ from typing import Any, Final
 import pytest
 
 from router.catalog.answers import Catalog
-from router.sessions import handshake
+from router import json_files
 from router.sessions.handshake import CACHE_DIR, HandshakeCache, worker_fingerprint
 from tests.support import FAKE_WORKER, RawClient, RouterThread, messages_of, router_settings, wait_for
 from workers.orphans import processes_for
@@ -144,7 +144,7 @@ def test_store_replaces_the_file_whole_or_not_at_all(tmp_path: Path, monkeypatch
     def refuse(src: Any, dst: Any) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(handshake.os, "replace", refuse)
+    monkeypatch.setattr(json_files.os, "replace", refuse)
     other = {"tools": [{"name": "other", "inputSchema": {"type": "object"}}]}
     cache.store("2025-11-25", dict(INITIALIZE), other)  # logged, not raised: the cache is an optimisation
     assert cache.path.read_bytes() == before, "a failed write leaves the previous file whole"
