@@ -14,8 +14,8 @@ from typing import Any, Final
 
 import pytest
 
-from router.catalog.answers import Catalog
 from router import json_files
+from router.catalog.answers import Catalog
 from router.sessions.handshake import CACHE_DIR, HandshakeCache, worker_fingerprint
 from tests.support import FAKE_WORKER, RawClient, RouterThread, messages_of, router_settings, wait_for
 from workers.orphans import processes_for
