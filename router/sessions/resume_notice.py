@@ -64,6 +64,7 @@ def on_tool_answer(session: Session, result: dict[str, Any], facts: Extracted) -
         pass  # the crashed page stays the current one: the resume brings it back
     elif facts.page_url is not None:
         session.current_url = facts.page_url
+        session.current_title = facts.page_title
     frame = ref_frame(facts.sections.get("Snapshot", ""))
     if frame is None and facts.snapshot_link and facts.linked_snapshot is None:
         # A navigation's refs, in its snapshot file only: read if a save needs them (most
