@@ -17,7 +17,7 @@ from typing import Final
 
 import anyio
 
-__all__ = ["BROWSER_FLAG", "BrowserProcess", "find_browser"]
+__all__ = ["BROWSER_FLAG", "BrowserProcess", "browsers_of", "find_browser"]
 
 # Playwright launches every Chromium it drives with this flag (it talks CDP over a pipe); the
 # browser's own helpers (renderers, GPU, zygotes) carry --type= and are never node's children.
@@ -51,10 +51,16 @@ def _is_browser(pid: int) -> bool:
     return BROWSER_FLAG in argv and not any(arg.startswith(HELPER_FLAG) for arg in argv)
 
 
+def browsers_of(node_pid: int) -> list[int]:
+    """Every browser Playwright has running under ``node_pid``: one per worker is the rule, more
+    would be a launch race."""
+    return [child for child in _children(node_pid) if _is_browser(child)]
+
+
 def find_browser(node_pid: int) -> int | None:
     """The pid of the browser Playwright launched under ``node_pid``, or None (none launched yet,
     or closed)."""
-    return next((child for child in _children(node_pid) if _is_browser(child)), None)
+    return next(iter(browsers_of(node_pid)), None)
 
 
 class BrowserProcess:

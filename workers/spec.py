@@ -83,6 +83,7 @@ def playwright_argv(
     sandbox: bool = False,
     node: str | None = None,
     max_header_bytes: int | None = None,
+    isolated: bool = False,
 ) -> tuple[str, ...]:
     """The default template for @playwright/mcp 0.0.83.
 
@@ -95,6 +96,8 @@ def playwright_argv(
     ``max_header_bytes``: the largest request head the worker must take, when that is more than
     node's own limit (a proxy in front that accepts more: a head node refuses gets ``431`` and a
     hang-up, and a GET stream refused so is retried for ever).
+    ``isolated``: one browser for the worker and a fresh in-memory context per MCP session
+    (``--isolated``), instead of the profile every session shares; ``{profile_dir}`` goes unused.
     """
     user_caps, rest = split_caps(extra_args)
     caps = [*ROUTER_CAPS, *(c for c in user_caps if c not in ROUTER_CAPS)]
@@ -104,11 +107,9 @@ def playwright_argv(
     argv += ["{cli}", "--port", "{port}", "--host", "127.0.0.1"]
     if headless:
         argv.append("--headless")
+    argv += ["--browser", "chromium", "--executable-path", "{browser}"]
+    argv += ["--isolated"] if isolated else ["--user-data-dir", "{profile_dir}", "--shared-browser-context"]
     argv += [
-        "--browser", "chromium",
-        "--executable-path", "{browser}",
-        "--user-data-dir", "{profile_dir}",
-        "--shared-browser-context",
         "--output-dir", "{output_dir}",
         CAPS_FLAG, ",".join(caps),
         "--file-paths", "absolute",

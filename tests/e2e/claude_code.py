@@ -20,7 +20,7 @@ from typing import IO, Any, Final
 import httpx
 
 from tests.support import ROOT, TEST_TOKEN, spare_port, wait_for
-from workers.orphans import end_processes, marker_env, processes_for
+from tests.support.worker_process import WorkerProcess, without_pair
 from workers.spec import CAPS_FLAG, ROUTER_CAPS, WorkerSpec, default_cli_path, playwright_argv
 
 SCRIPT: Final = Path(__file__).with_name("claude_code_client.mjs")
@@ -240,68 +240,28 @@ def _brief(status: dict[str, Any]) -> str:
 # -- a direct worker, for parity -----------------------------------------------------------------
 
 
-class DirectWorker:
+class DirectWorker(WorkerProcess):
     """@playwright/mcp run as the router would run it, minus the capabilities the router adds for
     itself (storage, network): what a user running Playwright MCP alone gets. ``url`` uses the host name
     the worker accepts (``localhost:<port>``)."""
 
     def __init__(self, state_dir: Path, browser: str) -> None:
-        self.state_dir = state_dir
         self.port = spare_port()
-        self.url = f"http://localhost:{self.port}/mcp"
-        spec = WorkerSpec(argv_template=_without(playwright_argv(), ROUTER_CAPS_ARGS))
-        self.argv = spec.render(
+        spec = WorkerSpec(argv_template=without_pair(playwright_argv(), ROUTER_CAPS_ARGS))
+        argv = spec.render(
             port=self.port,
             output_dir=state_dir / "direct" / "out",
             profile_dir=state_dir / "direct" / "profile",
             browser=browser,
             cli=str(default_cli_path()),
         )
-        self._proc: subprocess.Popen[bytes] | None = None
+        super().__init__(
+            argv, url=f"http://localhost:{self.port}/mcp", state_dir=state_dir, marker_session=DIRECT_WORKER_SESSION
+        )
 
     def __enter__(self) -> DirectWorker:
-        env = {**os.environ, **marker_env(self.state_dir, DIRECT_WORKER_SESSION)}
-        self._proc = subprocess.Popen(
-            self.argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-        )
-        try:
-            wait_for(lambda: self._answers() or self._proc is None or self._proc.poll() is not None, timeout=20)
-            assert self._proc.poll() is None, f"direct worker exited: {self.argv}"
-        except BaseException:
-            self.__exit__()
-            raise
+        super().__enter__()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)  # node closes its browser on SIGTERM
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=EXIT_TIMEOUT)
-        # Chromium runs in a session of its own; the marker finds whatever is left.
-        end_processes(processes_for(self.state_dir, DIRECT_WORKER_SESSION))
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=EXIT_TIMEOUT)
-
-    def _answers(self) -> bool:
-        try:
-            httpx.get(self.url, headers={"accept": "text/event-stream"}, timeout=1, trust_env=False)
-        except httpx.HTTPError:
-            return False
-        return True
-
-
-def _without(argv: tuple[str, ...], pair: tuple[str, str]) -> tuple[str, ...]:
-    out: list[str] = []
-    i = 0
-    while i < len(argv):
-        if tuple(argv[i : i + 2]) == pair:
-            i += 2
-            continue
-        out.append(argv[i])
-        i += 1
-    return tuple(out)
 
 
 # -- a router in a process of its own, to SIGKILL -------------------------------------------------

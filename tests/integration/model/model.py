@@ -607,6 +607,9 @@ class LifecycleModel(RuleBasedStateMachine):
         # A previous run's session is loaded on its first request: Claude Code's GET stream,
         # reopened a second later, is one.
         c.loaded = c.claude_code and not c.ended
+        # Restart budgets live in the router's memory: a new run gives a degraded session a new
+        # one (restarting the router is how an operator tells it to try again).
+        c.degraded, c.crashes = False, 0
         if c.stream is not None and not c.stream.reopen:
             c.stream.close()  # a plain client's stream ended with the router
             c.stream = None

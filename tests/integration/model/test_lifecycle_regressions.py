@@ -53,3 +53,17 @@ def test_an_initialize_during_the_start_up_probe_waits_for_it(model: LifecycleMo
         lambda m: m.start(max_live_workers=1, max_sessions=3, resume_reserve=0),
         lambda m: m.open_session(claude_code=True),
     )
+
+
+def test_a_router_restart_gives_a_degraded_session_a_new_restart_budget(model: LifecycleModel) -> None:
+    """Three crashes degrade the session (503); a new run of the router gives it a new budget, and
+    its next call resumes it (the model had expected 503 for ever)."""
+    replay(
+        model,
+        lambda m: m.start(max_live_workers=1, resume_reserve=0, max_sessions=3, opening=[False]),
+        lambda m: m.kill_worker_during_call(index=0),
+        lambda m: m.kill_worker_during_call(index=0),
+        lambda m: m.kill_worker_during_call(index=0),
+        lambda m: m.restart_router(kill=False),
+        lambda m: m.call(index=0, tool="browser_click"),
+    )

@@ -30,6 +30,14 @@ def test_default_template() -> None:
     )  # fmt: skip
 
 
+def test_isolated_template_shares_one_browser_and_no_profile() -> None:
+    argv = playwright_argv(node="node", isolated=True)
+    assert argv[argv.index("{browser}") + 1 : argv.index("--output-dir")] == ("--isolated",)
+    assert "{profile_dir}" not in argv
+    assert "--shared-browser-context" not in argv
+    assert "--isolated" not in playwright_argv(node="node")
+
+
 @pytest.mark.parametrize(
     ("extra", "caps", "rest"),
     [
