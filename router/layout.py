@@ -24,6 +24,7 @@ from typing import Final
 DB_NAME: Final = "router.db"
 ROUTER_FILE: Final = "router.json"
 SESSIONS: Final = "sessions"
+CONVERSATIONS: Final = "conversations"
 WORKERS: Final = "workers"
 FILES: Final = "files"
 PROMPTS: Final = "prompts"
@@ -92,6 +93,14 @@ class StateLayout:
 
     def state_file(self, session_id: str) -> Path:
         return self.session_dir(session_id) / STATE_FILE
+
+    @property
+    def conversations_dir(self) -> Path:
+        """Each conversation's browser state, by its hashed key (router/sessions/conversations.py)."""
+        return self.root / CONVERSATIONS
+
+    def conversation_file(self, conversation: str) -> Path:
+        return self.conversations_dir / f"{_checked(conversation)}.json"
 
     def files_dir(self, ref_id: str) -> Path:
         """The files kept for one recorded call."""

@@ -15,6 +15,8 @@ METRICS_PATH: Final = "/metrics"
 H_SESSION_ID: Final = "mcp-session-id"
 H_PROTOCOL_VERSION: Final = "mcp-protocol-version"
 H_CONTENT_LENGTH: Final = "content-length"
+# Names the conversation a new session continues (on initialize): its browser comes back.
+H_CONVERSATION: Final = "mcp-router-conversation"
 # The operator API's actions (end, hibernate) need it: a cross-site page cannot send it unpreflighted.
 ACTION_HEADER: Final = "x-mcp-router-action"
 

@@ -31,8 +31,9 @@ STDIN_FD: Final = 0
 READ_SIZE: Final = 64 * 1024
 
 
-async def bridge(url: str, token: str | None) -> None:
-    """Serve MCP on stdin/stdout, forwarding to the router at ``url``, until stdin ends or a signal."""
+async def bridge(url: str, token: str | None, conversation: str | None = None) -> None:
+    """Serve MCP on stdin/stdout, forwarding to the router at ``url``, until stdin ends or a signal.
+    ``conversation``: the key of the client's conversation (its browser comes back with it)."""
     async with (
         httpx.AsyncClient(timeout=HTTP_TIMEOUT, trust_env=False) as client,
         _stdin_lines() as lines,
@@ -42,7 +43,7 @@ async def bridge(url: str, token: str | None) -> None:
             tasks.start_soon(_stop_on_signal, tasks.cancel_scope)
             async with outbound:
                 # Relay.run DELETEs the session however it ends (stdin closed, or a signal).
-                await Relay(RouterLink(client, url, token), outbound).run(inbound)
+                await Relay(RouterLink(client, url, token, conversation=conversation), outbound).run(inbound)
             tasks.cancel_scope.cancel()
         lines.close()  # after a signal, the transport's reader still waits on stdin: release it
 

@@ -14,7 +14,7 @@ from typing import Any, Final
 import httpx
 
 from router.protocol.sse import EventSplitter, event_data, event_id
-from router.types import H_PROTOCOL_VERSION, H_SESSION_ID, JsonObject
+from router.types import H_CONVERSATION, H_PROTOCOL_VERSION, H_SESSION_ID, JsonObject
 
 log = logging.getLogger("mcp_router.stdio")
 
@@ -39,10 +39,14 @@ class RouterLink:
     """One router session over ``client``. The session id comes from the first answer that
     carries one (the initialize answer); the protocol version is set by whoever reads it."""
 
-    def __init__(self, client: httpx.AsyncClient, url: str, token: str | None) -> None:
+    def __init__(
+        self, client: httpx.AsyncClient, url: str, token: str | None, *, conversation: str | None = None
+    ) -> None:
+        """``conversation``: the key of the conversation this session continues, sent on ``initialize``."""
         self._client = client
         self._url = url
         self._token = token
+        self._conversation = conversation
         self.session_id: str | None = None
         self.protocol_version: str | None = None
         self._last_event_id: str | None = None
@@ -60,6 +64,8 @@ class RouterLink:
     async def post(self, message: JsonObject) -> AsyncIterator[JsonObject]:
         """POST one message; yields the messages of the answer (none for a 202)."""
         headers = self._headers(ACCEPT_BOTH) | {"content-type": "application/json"}
+        if self._conversation and self.session_id is None and message.get("method") == "initialize":
+            headers[H_CONVERSATION] = self._conversation
         body = json.dumps(message).encode()
         async with self._client.stream("POST", self._url, content=body, headers=headers) as response:
             if self.session_id is None and H_SESSION_ID in response.headers:

@@ -1,4 +1,5 @@
-"""`mcp-router sessions | show ID | export ID`: the record, read without a running router."""
+"""`mcp-router sessions | show ID | show --conversation KEY | export ID`: the record, read without a
+running router."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from router.cli import tables
+from router.errors import BadRequest
 from router.layout import StateLayout
 from router.record.records import RecordNotFound, Records
 from router.router_file import running_router
@@ -16,6 +18,8 @@ from router.settings import Settings
 
 if TYPE_CHECKING:
     from router.api_client import LiveView
+
+MAX_CONVERSATION_SESSIONS: Final = 1000
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,8 +29,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--end", metavar="ID", help="end a session for good (its browser profile is deleted)")
     p.add_argument("--nodes", metavar="URL,URL", help="a cluster's nodes: each one's live sessions, read from its /api")
     p.set_defaults(func=_sessions)
-    p = sub.add_parser("show", help="a session's timeline of calls")
-    p.add_argument("session_id")
+    p = sub.add_parser("show", help="a session's timeline of calls (or a conversation's sessions)")
+    p.add_argument("session_id", nargs="?")
+    p.add_argument("--conversation", metavar="KEY",
+                   help="every session of the conversation with this key (e.g. a CLAUDE_CODE_SESSION_ID), oldest first")
     p.add_argument("--state-dir")
     p.set_defaults(func=_show)
     p = sub.add_parser("export", help="a session and its calls as JSON lines")
@@ -60,15 +66,35 @@ async def _job(state: StateLayout, args: argparse.Namespace, job: str) -> int:
         if job == "sessions":
             print(tables.format_sessions_table(await records.list_sessions(limit=args.limit)))
         elif job == "show":
-            session = await records.get_session(args.session_id)
-            print(f"session {session['id']}  state={session['state']}")
-            calls = await records.session_calls(args.session_id)
-            events = await records.session_events(args.session_id)
-            print(tables.format_timeline(calls, events=events, files_dir=state.files_dir))
+            key = args.conversation
+            ids = [args.session_id] if args.session_id else await _conversation_sessions(records, state, key)
+            for i, session_id in enumerate(ids):
+                session = await records.get_session(session_id)
+                print(f"{chr(10) if i else ''}session {session['id']}  state={session['state']}"
+                      f"  created={tables.format_ts(session['created'])}")
+                calls = await records.session_calls(session_id)
+                events = await records.session_events(session_id)
+                print(tables.format_timeline(calls, events=events, files_dir=state.files_dir))
         else:
             async for line in records.export_session(args.session_id):
                 sys.stdout.write(line + "\n")
     return 0
+
+
+async def _conversation_sessions(records: Records, state: StateLayout, key: str) -> list[str]:
+    """The conversation's sessions, oldest first: the key hashed under this state dir's token (as a
+    client showing the token sent it) and without one (--auth none)."""
+    from router.cli import admin
+    from router.http.auth import OPEN_SCOPE, conversation_scope
+    from router.sessions.conversations import conversation_id
+
+    scopes = {conversation_scope(admin.state_dir_token(state.root)), OPEN_SCOPE}
+    found = await records.list_sessions(limit=MAX_CONVERSATION_SESSIONS, conversations=[
+        conversation_id(scope, key) for scope in scopes
+    ])  # fmt: skip
+    if not found:
+        raise RecordNotFound(f"no session of conversation {key!r} in the record")
+    return [row["id"] for row in reversed(found)]
 
 
 def _sessions(args: argparse.Namespace) -> int:
@@ -102,7 +128,14 @@ def _live_view(state_dir: Path) -> LiveView | None:
 
 
 def _show(args: argparse.Namespace) -> int:
-    return _run(args, "show")
+    if (args.session_id is None) == (args.conversation is None):
+        print("show: give a session id or --conversation KEY", file=sys.stderr)
+        return 2
+    try:
+        return _run(args, "show")
+    except BadRequest as exc:  # a malformed key
+        print(f"show: {exc.message}", file=sys.stderr)
+        return 2
 
 
 def _export(args: argparse.Namespace) -> int:

@@ -4,6 +4,11 @@
 
 One stdio process is one router session (one browser); it ends the session when stdin closes.
 The token is read from the state dir (the same settings as `serve`), or --token / MCP_ROUTER_TOKEN.
+
+Claude Code gives every stdio server it starts ``CLAUDE_CODE_SESSION_ID``, the same again after
+``claude --resume``: the bridge sends it on ``initialize`` as the conversation's key, and the
+router gives the resumed conversation the browser its last session left (cookies, storage, tabs,
+the page).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from router.operator.logs import configure_logging
 from router.settings import Settings
 
 TOKEN_ENV: Final = "MCP_ROUTER_TOKEN"
+CONVERSATION_ENV: Final = "CLAUDE_CODE_SESSION_ID"  # Claude Code's, the same after --resume
 HEALTH_TIMEOUT: Final = 2.0  # one probe of /healthz
 START_DEADLINE: Final = 60.0  # a router started by --start must answer /healthz by then
 START_POLL: Final = 0.2
@@ -38,6 +44,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--port", type=int, help="the router's port, when --url is not given")
     p.add_argument("--state-dir", help="where the token is read from (as for serve)")
     p.add_argument("--token", help=f"the router's token (default: ${TOKEN_ENV}, else the state dir's)")
+    p.add_argument("--conversation-env", metavar="VAR", default=CONVERSATION_ENV,
+                   help=f"the variable naming the client's conversation, whose browser comes back when it resumes "
+                        f"(default: {CONVERSATION_ENV}, which Claude Code sets)")
     p.add_argument("--start", action="store_true",
                    help="if no router answers, start `mcp-router serve` in the background and wait for it")
     p.set_defaults(func=_stdio)
@@ -64,7 +73,7 @@ def _stdio(args: argparse.Namespace) -> int:
             return _fail(problem)
         if token is None:  # a router's first start writes the token
             token = read_token(Path(settings.state_dir))
-    anyio.run(bridge, url, token)
+    anyio.run(bridge, url, token, os.environ.get(args.conversation_env) or None)
     return 0
 
 

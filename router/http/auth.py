@@ -49,6 +49,10 @@ OPEN_PATHS: Final = frozenset({HEALTHZ_PATH, LOGIN_PATH, "/ui/login.js", "/ui/st
 UI_DOCUMENTS: Final = frozenset({"/ui", "/ui/", "/ui/index.html"})
 COOKIE_PREFIXES: Final = ("/ui", "/api/")
 STATE_KEY: Final = "authenticated"  # set in the request's state for handlers (/healthz) to read
+# Also in the request's state: the scope a conversation key is hashed in (router/sessions/conversations.py).
+SCOPE_KEY: Final = "conversation_scope"
+CONVERSATION_PURPOSE: Final = b"mcp-router conversation scope"
+OPEN_SCOPE: Final = "open"  # a request that showed no token (--auth none)
 
 
 class WeakToken(ValueError):
@@ -144,6 +148,12 @@ def cookie_value(token: str) -> str:
     return hmac.new(token.encode(), COOKIE_PURPOSE, hashlib.sha256).hexdigest()
 
 
+def conversation_scope(token: str | None) -> str:
+    """Where a request's conversation keys live: a value derived from the token it showed, so
+    that the same key under another token names another conversation, and no file holds the token."""
+    return hmac.new(token.encode(), CONVERSATION_PURPOSE, hashlib.sha256).hexdigest() if token else OPEN_SCOPE
+
+
 def _same(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), expected.encode())
 
@@ -154,6 +164,7 @@ class TokenAuth:
     def __init__(self, token: str, *, port: int, open_paths: frozenset[str] = frozenset()) -> None:
         self._token = token
         self._cookie = cookie_value(token)
+        self.conversation_scope = conversation_scope(token)
         self.cookie_name = cookie_name(port)
         # Paths served without a credential, a request to them counting as authenticated
         # (--auth none: /mcp, /metrics, and /healthz's details); everything else still asks.
@@ -192,13 +203,15 @@ class AuthMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self.auth is None:
             if scope["type"] == "http":
-                scope.setdefault("state", {})[STATE_KEY] = True
+                scope.setdefault("state", {}).update({STATE_KEY: True, SCOPE_KEY: OPEN_SCOPE})
             await self.app(scope, receive, send)
             return
         shown = self._take_credentials(scope, self.auth)
         path: str = scope["path"]
         opened = path in self.auth.open_paths
-        scope.setdefault("state", {})[STATE_KEY] = shown is True or opened
+        scope.setdefault("state", {}).update(
+            {STATE_KEY: shown is True or opened, SCOPE_KEY: self.auth.conversation_scope if shown else OPEN_SCOPE}
+        )
         if shown is True or opened or path in OPEN_PATHS:
             await self.app(scope, receive, send)
             return

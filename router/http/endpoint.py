@@ -29,6 +29,7 @@ from router.errors import (
     WorkerUnreachable,
     error_body,
 )
+from router.http.auth import OPEN_SCOPE, SCOPE_KEY
 from router.http.exchange import Exchange, ExchangeHooks, RequestCancelled
 from router.http.media import accepts, media_type
 from router.http.one_way import SESSION_LOST, forward_one_way
@@ -46,10 +47,12 @@ from router.http.timing import request_timing
 from router.http.worker_faults import crashed_page_under, unreachable, worker_died
 from router.protocol.messages import ClientMessage, Kind, initialize_problem, parse
 from router.protocol.sse import encode_event
+from router.sessions.conversations import conversation_id
 from router.sessions.manager import SessionManager
 from router.sessions.table import ENDED, Session, State
 from router.types import (
     H_CONTENT_LENGTH,
+    H_CONVERSATION,
     H_PROTOCOL_VERSION,
     H_SESSION_ID,
     HANDSHAKE_VERSIONS,
@@ -155,7 +158,11 @@ class McpEndpoint:
         problem = initialize_problem(message.params)
         if problem is not None:
             raise InvalidParams(f"Invalid params: {problem}")
-        session, result = await self.manager.open(message, response_mode=self._response_mode(scope))
+        key = Headers(scope=scope).get(H_CONVERSATION)
+        conversation = None if key is None else conversation_id(scope.get("state", {}).get(SCOPE_KEY, OPEN_SCOPE), key)
+        session, result = await self.manager.open(
+            message, response_mode=self._response_mode(scope), conversation=conversation
+        )
         exchange = Exchange(self.hooks, session, message, request_timing(scope))
         body = json.dumps({"jsonrpc": "2.0", "id": message.id, "result": result}).encode()
         try:

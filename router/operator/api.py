@@ -30,6 +30,7 @@ from router.record.records import RecordNotFound, Records, client_name
 from router.record.snapshots import tool_result
 from router.sessions.manager import SessionManager
 from router.sessions.table import ENDED, Session, State
+from router.sessions.thumbnail import page_picture
 from router.types import ACTION_HEADER
 
 log = logging.getLogger("mcp_router.api")
@@ -78,7 +79,7 @@ def cross_site_refusal(request: Request) -> str | None:
 # What a session's row shows from the record; a live session's state overrides some.
 RECORDED_KEYS: Final = (
     "id", "state", "client", "created", "last_activity", "calls", "errors", "requests", "parent_id",
-    "protocol_version", "last_resume",
+    "protocol_version", "last_resume", "conversation",
 )  # fmt: skip
 
 
@@ -101,6 +102,7 @@ class Api:
         return [
             Route("/api/sessions", self.sessions, methods=["GET"]),
             Route("/api/sessions/{session_id}", self.session, methods=["GET"]),
+            Route("/api/sessions/{session_id}/picture", self.picture, methods=["GET"]),
             Route("/api/sessions/{session_id}/end", self.end, methods=["POST"]),
             Route("/api/sessions/{session_id}/hibernate", self.hibernate, methods=["POST"]),
             Route("/api/calls/{ref_id}", self.call, methods=["GET"]),
@@ -126,7 +128,10 @@ class Api:
         """One session as the API shows it: the live state when the router holds it, else the record's."""
         rec = record or {}
         row: dict[str, Any] = {key: rec.get(key) for key in RECORDED_KEYS}
-        row.update(live=False, worker_pid=None, worker_port=None, memory_bytes=None, in_flight=0, idle_seconds=None)
+        row.update(
+            live=False, worker_pid=None, worker_port=None, memory_bytes=None, in_flight=0, idle_seconds=None,
+            url=None, title=None,
+        )  # fmt: skip
         if live is None:
             return row
         worker = live.connection.worker if live.connection is not None else None
@@ -139,6 +144,9 @@ class Api:
             last_activity=max(live.last_activity, rec.get("last_activity") or 0.0),
             protocol_version=live.protocol_version or rec.get("protocol_version"),
             in_flight=live.in_flight,
+            conversation=live.conversation or rec.get("conversation"),
+            url=live.current_url,
+            title=live.current_title,
             idle_seconds=round(live.idle_for(time.monotonic()), 1),
         )
         if worker is not None and worker.alive():
@@ -195,6 +203,19 @@ class Api:
             return _error(404, f"unknown session {session_id}")
         memory = await self._memory([live]) if live is not None else {}
         return _Json({"session": self._row(record, live, memory), "calls": calls, "events": events})
+
+    async def picture(self, request: Request) -> Response:
+        """The live session's page as a JPEG, taken now (sessions/thumbnail.py) and not kept; 204
+        when it has no browser open to take it from."""
+        session_id = request.path_params["session_id"]
+        live = self.manager.sessions.get(session_id)
+        if live is None:
+            return _error(404, f"no live session {session_id}")
+        taken = await page_picture(live)
+        if taken is None:  # asleep, never browsed, or its page did not paint in time: no picture now
+            return Response(status_code=204, headers={"cache-control": "no-store"})
+        data, mime = taken
+        return Response(data, media_type=mime, headers={**FILE_HEADERS, "cache-control": "no-store"})
 
     async def call(self, request: Request) -> Response:
         ref_id = request.path_params["ref_id"]

@@ -25,7 +25,7 @@ FILES: Final = {
 # Everything from this origin only; images may also be data: URIs. No inline script or style, no
 # framing (clickjacking of the end/hibernate buttons), no form posts anywhere.
 CSP: Final = (
-    "default-src 'self'; img-src 'self' data:; script-src 'self'; style-src 'self'; "
+    "default-src 'self'; img-src 'self' data: blob:; script-src 'self'; style-src 'self'; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 HEADERS: Final = {

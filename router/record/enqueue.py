@@ -34,11 +34,11 @@ class RecordEnqueue(abc.ABC):
     def session_opened(
         self, session_id: str, *, client_info: Mapping[str, Any] | None, protocol_version: str | None,
         port: int | None, pid: int | None, metadata: Mapping[str, Any] | None = None,
-        parent_id: str | None = None,
+        parent_id: str | None = None, conversation: str | None = None,
     ) -> None:
         """A session got a worker (first spawn, or a respawn: port/pid are updated, state -> active)."""
         self._put(
-            "open", session_id, (client_info, protocol_version, port, pid, metadata, parent_id),
+            "open", session_id, (client_info, protocol_version, port, pid, metadata, parent_id, conversation),
             approx_size(client_info) + approx_size(metadata),
         )
 

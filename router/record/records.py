@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -131,11 +131,18 @@ class Records:
 
     # ---------------------------------------------------------------- sessions and calls
 
-    async def list_sessions(self, *, limit: int = 200) -> list[dict[str, Any]]:
+    async def list_sessions(
+        self, *, limit: int = 200, conversations: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """The newest sessions first; with ``conversations`` (hashed keys), only theirs."""
         await self._sync()
+        where, params = "", (limit,)  # type: str, tuple[object, ...]
+        if conversations is not None:
+            where = f"WHERE s.conversation IN ({', '.join('?' for _ in conversations)})"
+            params = (*conversations, limit)
         rows = await self._all(
-            """SELECT s.id, s.state, s.created, s.last_activity, s.client_info, s.parent_id,
-                      s.protocol_version, s.worker_port, s.worker_pid,
+            f"""SELECT s.id, s.state, s.created, s.last_activity, s.client_info, s.parent_id,
+                      s.protocol_version, s.worker_port, s.worker_pid, s.conversation,
                       (SELECT count(*) FROM requests r WHERE r.session_id = s.id) AS requests,
                       (SELECT count(*) FROM requests r WHERE r.session_id = s.id
                          AND r.method = 'tools/call') AS calls,
@@ -143,8 +150,8 @@ class Records:
                          WHERE r.session_id = s.id AND p.status = 'error') AS errors,
                       (SELECT e.detail FROM session_events e WHERE e.session_id = s.id
                          AND e.kind = 'resumed' ORDER BY e.ts DESC, e.id DESC LIMIT 1) AS last_resume
-               FROM sessions s ORDER BY s.created DESC LIMIT ?""",
-            (limit,),
+               FROM sessions s {where} ORDER BY s.created DESC LIMIT ?""",
+            params,
         )
         return [
             {
@@ -153,7 +160,7 @@ class Records:
                 "parent_id": r["parent_id"], "protocol_version": r["protocol_version"],
                 "worker_port": r["worker_port"], "worker_pid": r["worker_pid"],
                 "requests": r["requests"], "calls": r["calls"], "errors": r["errors"],
-                "last_resume": r["last_resume"],
+                "last_resume": r["last_resume"], "conversation": r["conversation"],
             }
             for r in rows
         ]

@@ -103,19 +103,21 @@ class RowWriter:
         files, what is still to be read from them (``enrich``, after the commit)."""
         ts, key, d = item.ts, item.key, item.data
         if item.kind == "open":
-            client_info, protocol_version, port, pid, metadata, parent_id = d
+            client_info, protocol_version, port, pid, metadata, parent_id, conversation = d
             conn.execute(
                 """INSERT INTO sessions (id, created, last_activity, state, client_info, protocol_version,
-                                         worker_port, worker_pid, metadata, parent_id)
-                   VALUES (?, ?, ?, 'active', ?, ?, ?, ?, ?, ?)
+                                         worker_port, worker_pid, metadata, parent_id, conversation)
+                   VALUES (?, ?, ?, 'active', ?, ?, ?, ?, ?, ?, ?)
                    ON CONFLICT (id) DO UPDATE SET
                      state = 'active', last_activity = max(last_activity, excluded.last_activity),
                      client_info = coalesce(excluded.client_info, client_info),
                      protocol_version = coalesce(excluded.protocol_version, protocol_version),
                      worker_port = excluded.worker_port, worker_pid = excluded.worker_pid,
                      metadata = coalesce(excluded.metadata, metadata),
-                     parent_id = coalesce(excluded.parent_id, parent_id)""",
-                (key, ts, ts, to_json(client_info), protocol_version, port, pid, to_json(metadata), parent_id),
+                     parent_id = coalesce(excluded.parent_id, parent_id),
+                     conversation = coalesce(excluded.conversation, conversation)""",
+                (key, ts, ts, to_json(client_info), protocol_version, port, pid, to_json(metadata), parent_id,
+                 conversation),
             )
         elif item.kind == "state":
             self._activity.pop(key, None)

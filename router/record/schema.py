@@ -45,7 +45,8 @@ LIVE_STATES: Final = ("active", "degraded")
 #   hibernation     hibernated to make room (or by the operator), woken by a call
 #   router-restart  taken up by a new run of the router
 #   new-browser     create_new_session gave the conversation a fresh browser
-RESUME_REASONS: Final = ("idle", "crash", "hibernation", "router-restart", "new-browser")
+#   conversation    a new session of a conversation took up the browser its last session left
+RESUME_REASONS: Final = ("idle", "crash", "hibernation", "router-restart", "new-browser", "conversation")
 
 BUSY_TIMEOUT_MS: Final = 5000
 # What a damaged file answers; anything else (locked, unreadable, disk I/O) is not the file's fault
@@ -150,6 +151,11 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     (
         "DROP INDEX IF EXISTS requests_ts",
         "DROP INDEX IF EXISTS responses_ts",
+    ),
+    # 4 -> 5: the conversation a session continues (its hashed key), linking a conversation's sessions.
+    (
+        "ALTER TABLE sessions ADD COLUMN conversation TEXT",
+        "CREATE INDEX sessions_conversation ON sessions(conversation)",
     ),
 )
 # Tables whose rows are appended in time order and pruned by rowid (see prune).

@@ -27,10 +27,11 @@ from router.sessions import statefiles
 from router.sessions.admission import Admission
 from router.sessions.bringup import BringUps
 from router.sessions.control import ControlError, ControlSession
+from router.sessions.conversations import ConversationStore
 from router.sessions.handshake import HandshakeCache
 from router.sessions.prepared_stream import HandOver, PreparedStream, hand_over, hold_for_streamless
 from router.sessions.restore import RestoreProgress, restore_browser
-from router.sessions.resume_notice import partial_notice, resumed_notice
+from router.sessions.resume_notice import CONVERSATION_REASON, partial_notice, resumed_notice
 from router.sessions.state_save import SAVE_TIMEOUT, BrowserStateSaver
 from router.sessions.table import ENDED, RECORD_STATE, Session, State
 from router.upstream.connection import WorkerConnection
@@ -64,6 +65,7 @@ class Continuity:
         start_soon: Callable[[Callable[[], Awaitable[Any]]], None],
         bring_ups: BringUps,
         on_dormant: Callable[[], None] = lambda: None,
+        conversations: ConversationStore | None = None,
     ) -> None:
         """``on_dormant``: called once a session's worker has ended (the resume reserve's demand
         changed: its warm worker starts now, not at the pool's next poll)."""
@@ -79,7 +81,8 @@ class Continuity:
         self.recorder = recorder
         self.metrics = metrics
         self.start_soon = start_soon
-        self.state_saver = BrowserStateSaver(layout)
+        self.conversations = conversations
+        self.state_saver = BrowserStateSaver(layout, conversations)
         self.roots_wait = ROOTS_WAIT  # ``attach``'s default
 
     # -- taking a worker up ----------------------------------------------------------------------
@@ -147,6 +150,8 @@ class Continuity:
     ) -> dict[str, Any]:
         started = time.monotonic()
         warm = worker is not None
+        if reason is None and session.inherits_browser:
+            reason = CONVERSATION_REASON
         if worker is None:
             worker = await self.admission.spawn(session.id)
         spawned = time.monotonic()
@@ -227,6 +232,7 @@ class Continuity:
             self._drop_held(session)
             session.adopted_stream = (connection, held)
         self._bind(session, connection, worker_session_id, control)
+        session.inherits_browser = False
         session.unrestored = progress.left_out()  # laid under this worker's saves (unrestored.py)
         if restored:  # what is saved is what the browser now holds: the next save waits its interval
             session.state_saved_at = time.monotonic()
@@ -387,5 +393,5 @@ def record_opened(
         port=worker.port if worker else None, pid=worker.pid if worker else None,
         metadata={"browser_session_of": session.id} if browser_session else
         {"initialize": session.initialize_params, "response_mode": session.response_mode},
-        parent_id=session.id if browser_session else None,
+        parent_id=session.id if browser_session else None, conversation=session.conversation,
     )  # fmt: skip

@@ -131,6 +131,10 @@ class ControlSession:
 
     async def call(self, tool: str, arguments: dict[str, Any] | None = None) -> str:
         """The text of a tool's answer; ControlError when the tool reports an error."""
+        return answer_text(await self.call_result(tool, arguments), tool)
+
+    async def call_result(self, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A tool's whole result (its images too); ControlError when the tool reports an error."""
         request_id = next(self._ids)
         body = {
             "jsonrpc": "2.0",
@@ -143,10 +147,8 @@ class ControlSession:
         except (UpstreamError, TimeoutError) as exc:
             raise ControlError(f"{tool} failed: {type(exc).__name__}: {exc}") from exc
         self.shares_browser = True
-        text = "".join(part.get("text", "") for part in result.get("content", []) if isinstance(part, dict))
-        if result.get("isError") is True or text.startswith("### Error"):
-            raise ControlError(f"{tool}: {text[:300]}")
-        return text
+        answer_text(result, tool)  # raises for an error
+        return result
 
     async def answer(self, message: dict[str, Any]) -> None:
         """A JSON-RPC answer to what the worker asked this session (a ping, ``roots/list``)."""
@@ -185,3 +187,11 @@ class ControlSession:
             return
         session_id, self.session_id = self.session_id, None
         await self.connection.delete_session(session_id)  # the worker may be on its way out
+
+
+def answer_text(result: dict[str, Any], tool: str) -> str:
+    """The text parts of a tool's result; ControlError when it reports an error."""
+    text = "".join(part.get("text", "") for part in result.get("content", []) if isinstance(part, dict))
+    if result.get("isError") is True or text.startswith("### Error"):
+        raise ControlError(f"{tool}: {text[:300]}")
+    return text

@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 
 from router.errors import ServiceUnavailable, SessionNotFound, TooManyRequests
-from router.layout import StateLayout
+from router.layout import STATE_FILE, StateLayout
 from router.protocol.messages import ClientMessage
 from router.sessions import statefiles
 from router.sessions.admission import Admission, RateLimit
 from router.sessions.bringup import BringUps, default_bring_ups, memory_below_floor, room_for_another_warm_worker
 from router.sessions.browser_watch import BrowserWatches
 from router.sessions.continuity import Continuity, record_opened
+from router.sessions.conversations import ConversationStore
 from router.sessions.handshake import HandshakeCache, probe
 from router.sessions.nodes import check_owner
 from router.sessions.pool import KEEP_WARM_EVERY, WarmPool
@@ -105,6 +106,7 @@ class SessionManager:
         self.stopping = anyio.Event()  # set when the router begins shutting down
         self._loop: asyncio.AbstractEventLoop | None = None
         self.admission = Admission(supervisor, max_live_workers=max_live_workers, metrics=metrics)
+        self.conversations = ConversationStore(layout, retention)
         self.initialize_rate = RateLimit(INITIALIZE_RATE, INITIALIZE_BURST)
         self.bring_ups = BringUps(bring_ups or default_bring_ups())
         self.continuity = Continuity(
@@ -117,6 +119,7 @@ class SessionManager:
             start_soon=self._start_soon,
             bring_ups=self.bring_ups,
             on_dormant=lambda: self.pool.wake(),
+            conversations=self.conversations,
         )
         self.resume_reserve = max(0, resume_reserve)
         self.pool = WarmPool(
@@ -228,10 +231,13 @@ class SessionManager:
 
     # -- open / lookup / end ---------------------------------------------------------------------
 
-    async def open(self, initialize: ClientMessage, *, response_mode: str) -> tuple[Session, dict[str, Any]]:
+    async def open(
+        self, initialize: ClientMessage, *, response_mode: str, conversation: str | None = None
+    ) -> tuple[Session, dict[str, Any]]:
         """A new session and the ``initialize`` result to answer with: from the handshake cache
         with no worker yet, or from a worker (a warm one, or spawned now when the cache cannot
-        answer this protocol version)."""
+        answer this protocol version). ``conversation``: the hashed key of the conversation it
+        continues; that conversation's saved browser comes back at its first browser call."""
         if not self.initialize_rate.take():
             raise TooManyRequests("Too many new sessions at once; retry shortly", retry_after=RATE_RETRY_AFTER)
         if len(self.sessions.live()) >= self.max_sessions and not await self._evict_dormant():
@@ -259,6 +265,9 @@ class SessionManager:
         info = params.get("clientInfo")
         session.client_info = info if isinstance(info, dict) else {}
         session.protocol_version = version if isinstance(version, str) else None
+        session.conversation = conversation
+        if conversation is not None and self.conversations.hand_to(conversation, self._dir(session), STATE_FILE):
+            session.browser_used = session.inherits_browser = True
         statefiles.keep_session(self._dir(session), session)
         record_opened(self.recorder, session, None)
         if warm is None and cached is not None:
@@ -340,10 +349,12 @@ class SessionManager:
         statefiles.forget_session_file(self._dir(session))
         async with session.lock:  # a resume in progress finishes (and sees ENDED) first
             connection, session.connection = session.connection, None
-            session.control = None
+            control, session.control = session.control, None
             session.worker_switched()
             if connection is not None:
                 self.admission.release(connection.worker.session_id)
+                if session.conversation is not None:  # the conversation's next session takes it up
+                    await self.continuity.state_saver.save(session, connection, control)
                 if state is State.CLOSED and session.worker_session_id is not None:
                     await connection.delete_session(session.worker_session_id)
                 await connection.aclose()

@@ -26,7 +26,10 @@ REASON_TEXT: Final = {
     "hibernation": "it was hibernated to make room",
     "router-restart": "a restart of the router",
     "new-browser": "create_new_session",
+    "conversation": "the conversation resumed",
 }
+# A new session that continues a conversation (router/sessions/conversations.py).
+CONVERSATION_REASON: Final = "conversation"
 
 
 NOTICE_PREFIX: Final = "[mcp-router] This conversation's browser was restored"
@@ -61,6 +64,7 @@ def on_tool_answer(session: Session, result: dict[str, Any], facts: Extracted) -
         pass  # the crashed page stays the current one: the resume brings it back
     elif facts.page_url is not None:
         session.current_url = facts.page_url
+        session.current_title = facts.page_title
     frame = ref_frame(facts.sections.get("Snapshot", ""))
     if frame is None and facts.snapshot_link and facts.linked_snapshot is None:
         # A navigation's refs, in its snapshot file only: read if a save needs them (most

@@ -16,6 +16,7 @@ from router.layout import StateLayout
 from router.record.tabs_and_refs import parse_tabs
 from router.sessions import statefiles
 from router.sessions.control import ControlError, ControlSession
+from router.sessions.conversations import ConversationStore
 from router.sessions.page_crash import answer_reports_crash, put_back
 from router.sessions.resume_notice import settled_ref_frame
 from router.sessions.storage_restore import is_restore_document
@@ -32,8 +33,9 @@ STORAGE_TOOLS: Final = frozenset({"browser_storage_state", "browser_set_storage_
 
 
 class BrowserStateSaver:
-    def __init__(self, layout: StateLayout) -> None:
+    def __init__(self, layout: StateLayout, conversations: ConversationStore | None = None) -> None:
         self.layout = layout
+        self.conversations = conversations  # each save of a conversation's session is its state too
         self._storage: bool | None = None  # does this kind of worker have the storage tools?
         self.written = 0  # saves that wrote state.json (for /metrics)
         self.unchanged = 0  # saves that found it holding the same state already
@@ -79,6 +81,10 @@ class BrowserStateSaver:
                     self.written += 1
                 else:
                     self.unchanged += 1
+                if self.conversations is not None and session.conversation is not None:
+                    self.conversations.keep(
+                        session.conversation, session.id, session.created, self.layout.state_file(session.id)
+                    )
             except (ControlError, OSError) as exc:
                 log.info("state save failed session=%s: %s", session.id, exc)
                 return

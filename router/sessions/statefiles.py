@@ -19,10 +19,11 @@ import hashlib
 import json
 import logging
 import math
+import re
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from router.json_files import read_json, write_json, write_text
 from router.layout import SESSION_FILE, STATE_FILE, StateLayout
@@ -31,6 +32,8 @@ from router.sessions.table import ENDED, MINTED_ID_RE, Session, State
 from workers.health import RestartBudget
 
 log = logging.getLogger("mcp_router.continuity")
+
+CONVERSATION_RE: Final = re.compile(r"[0-9a-f]{64}")  # what conversations.conversation_id makes
 
 
 
@@ -141,6 +144,7 @@ def session_record(session: Session) -> dict[str, Any]:
         "client_info": session.client_info,
         "protocol_version": session.protocol_version,
         "roots": session.roots.last,
+        "conversation": session.conversation,
         "created": session.created,
         "last_active": max(session.last_activity, time.time() - session.idle_for(time.monotonic())),
     }
@@ -172,6 +176,9 @@ def session_from_disk(
         browser_used=has_state(session_dir),
         budget=budget,
     )
+    conversation = data.get("conversation")
+    if isinstance(conversation, str) and CONVERSATION_RE.fullmatch(conversation):
+        session.conversation = conversation
     roots = roots_of(data.get("roots"))
     if roots is not None:  # the first worker after the restart gets them, asked or not
         session.roots.restore(roots)

@@ -118,9 +118,14 @@ class Session:
     # Continuity: what a new worker needs to take the session up (router/sessions/continuity.py).
     initialize_params: dict[str, Any] = field(default_factory=dict)
     browser_used: bool = False  # a tool was called: there may be browser state worth saving
+    # The hashed key of the conversation it continues (router/sessions/conversations.py), and
+    # whether its first worker restores that conversation's browser ("conversation" resumed).
+    conversation: str | None = None
+    inherits_browser: bool = False
     state_saved_at: float = 0.0  # monotonic: the last debounced save of its browser state
     state_digest: bytes | None = None  # of what its state.json holds: an unchanged save writes nothing
     current_url: str | None = None  # last "- Page URL:" of the client's answers
+    current_title: str | None = None  # and its "- Page Title:" (the dashboard shows them)
     # The worker whose browser lost that page to a crash (page_crash.py): its saves put the page
     # back, and it is ended so the next call resumes on it.
     page_lost_on: WorkerConnection | None = None

@@ -202,6 +202,8 @@ class Upkeep:
                     await self.supervisor.forget(path.name)
                     if self.recorder is not None:
                         self.recorder.session_state(path.name, RECORD_STATE[State.CLOSED])
+            if self.continuity.conversations is not None:
+                await anyio.to_thread.run_sync(self.continuity.conversations.prune)
             await anyio.sleep(RETENTION_SWEEP)
 
     async def restart_allowed(self, session: Session) -> None:

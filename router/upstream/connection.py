@@ -37,6 +37,7 @@ _NOT_UPSTREAM: Final = HOP_BY_HOP | {
     b"mcp-session-id",
     b"accept-encoding",
     b"origin",  # the router is the security boundary; workers may apply stricter rules of their own
+    b"mcp-router-conversation",  # the router's own: which conversation a session continues
     # The router has the whole body already (and its ASGI server answered any 100 Continue); a
     # worker asked would write an interim head of its own.
     b"expect",

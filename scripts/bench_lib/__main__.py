@@ -21,6 +21,7 @@ from types import FrameType
 from bench_lib import (
     aged,
     commit,
+    conversation_phase,
     docs_page,
     handshakes,
     handshakes_report,
@@ -47,7 +48,7 @@ from bench_lib.targets import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_PHASES = "latency,init,handshakes,node,commit,reserve,memory,throughput"
+DEFAULT_PHASES = "latency,init,handshakes,conversation,node,commit,reserve,memory,throughput"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -68,6 +69,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=DEFAULT_PHASES,
         help=f"phases to run, comma-separated (default {DEFAULT_PHASES}). Alone: `latency` ~5 min; "
         "`init` ~1 min; `handshakes` 1–2 min (Claude-Code-shaped handshakes, first calls, resumes); "
+        "`conversation` ~1 min (a conversation resumed: its new session's first call); "
         "`node` ~30 s; `commit` ~10 s (in-process, no browser); `reserve` ~1.5 min (warm workers left after "
         "three abandoned sessions are reaped, default and `--resume-reserve 0`); `memory`, `throughput` "
         "~2 min together. "
@@ -259,6 +261,12 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
         )
         out += [*handshakes_report.at_once_table(once.rows()), ""]
         goals += handshakes_report.at_once_goals(once)
+
+    if "conversation" in a.only:
+        m.say(f"conversation: {a.reps} conversations resumed, each a new session's first call")
+        resumed = await conversation_phase.measure(env, page, a.reps)
+        out += conversation_phase.table(resumed)
+        goals += conversation_phase.goals(resumed)
 
     if "commit" in a.only:
         await m.quiet("commit")

@@ -15,8 +15,10 @@ import pytest
 from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
 
 from router.cli.tables import format_reserve
+from router.types import H_CONVERSATION
 from tests.integration.router.test_warm_pool import router_loop_call
 from tests.support import RawClient, RouterThread, find_ref, router_settings, wait_for
+from tests.support.client import initialize_body
 from workers.orphans import processes_for
 
 
@@ -93,7 +95,7 @@ def test_dashboard_follows_a_live_session_and_ends_it(pw_router: RouterThread, p
         c.text("browser_take_screenshot")
         worker_pid = pw_router.manager.sessions.get(c.session_id).connection.worker.pid
         expect(row).to_contain_text(f"pid {worker_pid}")
-        expect(row.locator("td").nth(8)).to_contain_text("MiB")
+        expect(row.locator("td").nth(9)).to_contain_text("MiB")
 
         row.click()
         expect(page.locator("#session-id")).to_have_text(c.session_id)
@@ -208,3 +210,89 @@ def test_session_view_shows_why_it_resumed_and_the_kept_files(pw_router: RouterT
     link = page.locator("#files li a")
     expect(link).to_have_text("page.pdf")
     assert link.get_attribute("href") == "/api/calls/dash-ref/files/page.pdf"
+
+
+def centre_pixel(page: Page) -> list[int]:
+    """The colour at the middle of the dashboard's page picture (same-origin blob: readable)."""
+    return page.locator("#page-image").evaluate(
+        """img => { const c = document.createElement('canvas'); c.width = img.naturalWidth;
+                    c.height = img.naturalHeight; const g = c.getContext('2d'); g.drawImage(img, 0, 0);
+                    return Array.from(g.getImageData(c.width / 2, c.height / 2, 1, 1).data); }"""
+    )
+
+
+def test_the_dashboard_shows_each_browsers_page_and_a_picture_of_it(
+    pw_router: RouterThread, pages: str, page: Page
+) -> None:
+    """Live sessions show their page's title and URL; opening one takes a picture of its page,
+    through the router's own session on the worker: the client's calls, tab and record stay as
+    they were, and no file is left. A conversation's sessions are listed together."""
+    state = Path(pw_router.settings.state_dir)
+    sign_in(page, pw_router)
+    with RawClient(pw_router.url) as c, RawClient(pw_router.url) as sleeper:
+        c.initialize(name="picture-client")
+        c.text("browser_navigate", url=f"{pages}/second")
+        c.call("browser_tabs", action="new")
+        c.text("browser_navigate", url=f"{pages}/red")  # the client's current tab: the second one
+        row = page.locator(f'tr[data-session-id="{c.session_id}"]')
+        expect(row.locator("td.page")).to_contain_text("All red")
+        expect(row.locator("td.page")).to_contain_text(f"{pages}/red")
+        calls_before = len(sqlite3.connect(state / "router.db").execute(
+            "SELECT ref_id FROM requests WHERE session_id = ?", (c.session_id,)).fetchall())  # fmt: skip
+        out = pw_router.manager.sessions.get(c.session_id).connection.worker.output_dir
+        files_before = sorted(p.name for p in out.iterdir())
+
+        row.click()
+        expect(page.locator("#session-page")).to_have_text(f"Page: All red — {pages}/red")
+        expect(page.locator("#page-picture-note")).to_contain_text("taken")
+        wait_for(lambda: page.locator("#page-image").evaluate("img => img.complete && img.naturalWidth > 0"),
+                 timeout=10)  # fmt: skip
+        red, green, blue, _ = centre_pixel(page)
+        assert red > 200 and green < 40 and blue < 40, (red, green, blue)  # the client's page, not its first tab
+
+        # Nothing of the client's changed: its current tab, its record; no file kept.
+        assert "- Page URL: " + f"{pages}/red" in c.text("browser_snapshot")
+        recorded = sqlite3.connect(state / "router.db").execute(
+            "SELECT ref_id FROM requests WHERE session_id = ?", (c.session_id,)).fetchall()  # fmt: skip
+        assert len(recorded) == calls_before + 1  # the snapshot just made, nothing of the picture's
+        assert sorted(p.name for p in out.iterdir() if not p.name.startswith("page-")) == [
+            n for n in files_before if not n.startswith("page-")
+        ] and not any(p.suffix == ".jpeg" for p in out.iterdir())
+
+        # A session with no browser open: no picture, and a note saying why.
+        sleeper.initialize(name="no-browser-yet")
+        page.locator(f'tr[data-session-id="{sleeper.session_id}"]').click()
+        expect(page.locator("#page-picture-note")).to_have_text("no picture: the session has no browser open now")
+        expect(page.locator("#page-image")).to_be_hidden()
+        c.delete()
+        sleeper.delete()
+
+
+def test_a_conversations_sessions_are_listed_together(pw_router: RouterThread, page: Page) -> None:
+    sign_in(page, pw_router)
+    clients = [RawClient(pw_router.url) for _ in range(3)]
+    ids = []
+    try:
+        for k, client in enumerate(clients):  # the first and the last name one conversation
+            extra = {H_CONVERSATION: "dashboard-conversation-1"} if k != 1 else {}
+            response = client.post(initialize_body(name=f"grouped-{k}"), **extra)
+            assert response.status_code == 200
+            ids.append(response.headers["mcp-session-id"])
+        cid = pw_router.manager.sessions.get(ids[0]).conversation
+        group = page.locator(f'tr.conversation[data-conversation="{cid}"]')
+        expect(group).to_contain_text("2 sessions")
+
+        def order() -> list[str]:
+            return page.locator("#sessions tbody tr").evaluate_all(
+                "rows => rows.map(r => r.dataset.sessionId || 'conversation:' + r.dataset.conversation)"
+            )
+
+        wait_for(lambda: {ids[0], ids[1], ids[2]} <= set(order()), timeout=10)
+        listed = order()
+        at = listed.index(f"conversation:{cid}")
+        assert set(listed[at + 1 : at + 3]) == {ids[0], ids[2]}  # right under its line, together
+        assert ids[1] not in listed[at + 1 : at + 3]
+    finally:
+        for client in clients:
+            client.delete()
+            client.close()

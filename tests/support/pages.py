@@ -59,6 +59,9 @@ function go() { document.getElementById('out').textContent = 'continued with ' +
 </script></body></html>""",
     # A login whose redirect lands a moment later (while the client waits, say): the cookie is
     # set and the page moves to /second 3 s after it loaded.
+    # One colour edge to edge: a picture of it says which page it shows.
+    "/red": """<!doctype html><html><head><title>All red</title></head>
+<body style="margin:0;background:#e00000;height:100vh"></body></html>""",
     "/accents": """<!doctype html><html><head><meta charset="utf-8"><title>Accents</title></head><body>
 <p>L’élève a écrit « déjà vu » — 東京</p></body></html>""",
     "/later": """<!doctype html><html><head><title>Later</title></head><body><p>signing in</p>

@@ -7,7 +7,8 @@ const POLL_MS = 1500;
 const ACTION_HEADER = "X-MCP-Router-Action";
 
 // cluster: null until known; then whether this node lists the whole cluster (--cluster-node).
-const state = { selected: null, callsKey: "", call: null, cluster: null };
+// pictured: the session whose page picture was taken (or found impossible) since it was opened.
+const state = { selected: null, callsKey: "", call: null, cluster: null, pictured: null };
 
 const $ = (id) => document.getElementById(id);
 
@@ -60,36 +61,68 @@ async function getJson(url) {
 
 // ------------------------------------------------------------------ sessions list
 
+function pageCell(s) {
+  if (!s.url) return el("td", { className: "page" }, "-");
+  return el("td", { className: "page" }, s.title || "(untitled)", el("span", { className: "url" }, s.url));
+}
+
+// A conversation's sessions together (newest conversation first), under one line naming it.
+function grouped(sessions) {
+  const groups = new Map();
+  for (const s of sessions) {
+    const key = s.conversation || "session:" + s.id;
+    if (!groups.has(key)) groups.set(key, []);
+    groups.get(key).push(s);
+  }
+  return [...groups.values()];
+}
+
+function conversationRow(group) {
+  const tr = el("tr", { className: "conversation" },
+    el("td", { colSpan: 10 }, "conversation " + group[0].conversation.slice(0, 12) + " · " + group.length +
+      " session" + (group.length === 1 ? "" : "s")));
+  tr.dataset.conversation = group[0].conversation;
+  return tr;
+}
+
 function renderSessions(data) {
   const tbody = $("sessions").tBodies[0];
-  const rows = data.sessions.map((s) => {
-    const tr = el(
-      "tr",
-      { className: "session" + (s.id === state.selected ? " selected" : "") },
-      el("td", {}, el("code", { title: s.id }, short(s.id))),
-      el("td", {}, el("span", { className: "state state-" + s.state }, s.state)),
-      el("td", {}, s.client || "-"),
-      el("td", {}, duration(data.now - s.created)),
-      el("td", {}, s.last_activity ? duration(data.now - s.last_activity) + " ago" : "-"),
-      el("td", { className: "num" }, s.calls == null ? "-" : s.calls),
-      el("td", { className: "num" + (s.errors ? " has-errors" : "") }, s.errors == null ? "-" : s.errors),
-      el("td", {}, s.worker_pid ? "pid " + s.worker_pid + " :" + s.worker_port : "-"),
-      el("td", { className: "num" }, mib(s.memory_bytes)),
-    );
-    tr.dataset.sessionId = s.id;
-    tr.dataset.state = s.state;
-    const node = nodeOf(s.id);
-    if (data.node && node && node !== data.node) {
-      // Another node's session: its calls are in that node's record, shown by that node's /ui.
-      tr.classList.add("remote");
-      tr.title = "on node " + node + (s.node ? " (" + s.node + ")" : "") + ": open that node's dashboard";
-    } else {
-      tr.addEventListener("click", () => selectSession(s.id));
-    }
-    return tr;
-  });
+  const rows = [];
+  for (const group of grouped(data.sessions)) {
+    if (group[0].conversation) rows.push(conversationRow(group));
+    rows.push(...group.map((s) => sessionRow(s, data)));
+  }
   tbody.replaceChildren(...rows);
-  $("no-sessions").hidden = rows.length > 0;
+  $("no-sessions").hidden = data.sessions.length > 0;
+}
+
+function sessionRow(s, data) {
+  const tr = el(
+    "tr",
+    { className: "session" + (s.id === state.selected ? " selected" : "") },
+    el("td", {}, el("code", { title: s.id }, short(s.id))),
+    el("td", {}, el("span", { className: "state state-" + s.state }, s.state)),
+    el("td", {}, s.client || "-"),
+    pageCell(s),
+    el("td", {}, duration(data.now - s.created)),
+    el("td", {}, s.last_activity ? duration(data.now - s.last_activity) + " ago" : "-"),
+    el("td", { className: "num" }, s.calls == null ? "-" : s.calls),
+    el("td", { className: "num" + (s.errors ? " has-errors" : "") }, s.errors == null ? "-" : s.errors),
+    el("td", {}, s.worker_pid ? "pid " + s.worker_pid + " :" + s.worker_port : "-"),
+    el("td", { className: "num" }, mib(s.memory_bytes)),
+  );
+  tr.dataset.sessionId = s.id;
+  tr.dataset.state = s.state;
+  if (s.conversation) tr.dataset.conversation = s.conversation;
+  const node = nodeOf(s.id);
+  if (data.node && node && node !== data.node) {
+    // Another node's session: its calls are in that node's record, shown by that node's /ui.
+    tr.classList.add("remote");
+    tr.title = "on node " + node + (s.node ? " (" + s.node + ")" : "") + ": open that node's dashboard";
+  } else {
+    tr.addEventListener("click", () => selectSession(s.id));
+  }
+  return tr;
 }
 
 // Warm workers held for dormant sessions' resumes: no session's, so in no row of the table. The
@@ -141,6 +174,7 @@ const RESUME_REASONS = {
   hibernation: "resumed after hibernation",
   "router-restart": "resumed after a router restart",
   "new-browser": "new browser (create_new_session)",
+  conversation: "conversation resumed (its last session's browser)",
 };
 
 function eventText(e) {
@@ -159,6 +193,13 @@ function renderSession(data) {
   if (s.memory_bytes != null) meta.push(mib(s.memory_bytes));
   if (s.last_resume) meta.push(eventText({ kind: "resumed", detail: s.last_resume }));
   $("session-meta").textContent = meta.join(" · ");
+  $("session-page").textContent = s.url ? "Page: " + (s.title || "(untitled)") + " — " + s.url : "Page: -";
+  $("picture-button").disabled = !s.worker_pid;
+  if (state.pictured !== s.id) {  // once per opening of a session: a picture if it has a browser
+    state.pictured = s.id;
+    if (s.worker_pid) takePicture();
+    else noPicture();
+  }
   $("end-button").disabled = !s.live;
   $("hibernate-button").disabled = !s.worker_pid; // dormant already: nothing to hibernate
   const events = data.events || [];
@@ -199,6 +240,36 @@ async function pollSession() {
   }
 }
 
+function noPicture() {
+  $("page-picture").hidden = false;
+  $("page-image").removeAttribute("src");
+  $("page-image").hidden = true;
+  $("page-picture-note").textContent = "no picture: the session has no browser open now";
+}
+
+// The page as it is now, taken when asked (opening the session, or the button): never kept.
+async function takePicture() {
+  const id = state.selected;
+  if (!id) return;
+  $("page-picture").hidden = false;
+  $("page-picture-note").textContent = "taking a picture…";
+  try {
+    const response = await fetch("/api/sessions/" + encodeURIComponent(id) + "/picture", { cache: "no-store" });
+    if (id !== state.selected) return;
+    const old = $("page-image").src;
+    if (response.status === 200) {
+      $("page-image").src = URL.createObjectURL(await response.blob());
+      $("page-image").hidden = false;
+      $("page-picture-note").textContent = "taken " + new Date().toLocaleTimeString();
+    } else {
+      noPicture();
+    }
+    if (old.startsWith("blob:")) URL.revokeObjectURL(old);
+  } catch (err) {
+    $("page-picture-note").textContent = "no picture: " + err.message;
+  }
+}
+
 function selectSession(id) {
   state.selected = id;
   state.callsKey = "";
@@ -207,6 +278,7 @@ function selectSession(id) {
   $("call-panel").hidden = true;
   $("action-result").textContent = "";
   for (const tr of $("sessions").tBodies[0].rows) tr.classList.toggle("selected", tr.dataset.sessionId === id);
+  state.pictured = null;
   pollSession();
 }
 
@@ -292,6 +364,7 @@ $("hibernate-button").addEventListener("click", () =>
   act("hibernate", "Hibernate session {id}? Its browser is stopped; the next call resumes it."),
 );
 $("snapshot-search").addEventListener("input", renderSnapshot);
+$("picture-button").addEventListener("click", takePicture);
 
 pollSessions();
 setInterval(() => {

@@ -77,6 +77,18 @@ def test_unknown_ids_are_404(rec_router: RouterThread) -> None:
     assert api(rec_router, "/api/calls/nope").status_code == 404
     assert api(rec_router, "/api/calls/nope/images/0").status_code == 404
     assert post(rec_router, "/api/sessions/nope/end", ACTION).status_code == 404
+    assert api(rec_router, "/api/sessions/nope/picture").status_code == 404
+
+
+def test_a_session_without_a_browser_has_no_picture_and_no_page(rec_router: RouterThread) -> None:
+    with RawClient(rec_router.url) as c:
+        c.initialize()
+        picture = api(rec_router, f"/api/sessions/{c.session_id}/picture")
+        assert picture.status_code == 204 and not picture.content  # nothing to take it from, nothing started
+        assert not processes_for(Path(rec_router.settings.state_dir), c.session_id)
+        row = api(rec_router, f"/api/sessions/{c.session_id}").json()["session"]
+        assert (row["url"], row["title"], row["conversation"]) == (None, None, None)
+        c.delete()
 
 
 @pytest.mark.parametrize(
