@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -95,6 +96,10 @@ class Records:
         """A read connection. ``readonly`` (CLI) opens with mode=ro: it never creates or migrates
         the file; diff cursors cannot be written then."""
         if readonly:
+            if not db_path.exists():
+                # Refused here, not by aiosqlite: its failed connect leaves its thread a message
+                # for this event loop, which fails in that thread if the loop has closed by then.
+                raise sqlite3.OperationalError(f"unable to open database file {db_path}")
             # mode=ro fails on a missing file rather than creating it; the URI needs an absolute path.
             conn = await aiosqlite.connect(_readonly_uri(db_path), uri=True)
         else:
