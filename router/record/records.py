@@ -96,7 +96,7 @@ class Records:
         """A read connection. ``readonly`` (CLI) opens with mode=ro: it never creates or migrates
         the file; diff cursors cannot be written then."""
         if readonly:
-            if not db_path.exists():
+            if not db_path.exists():  # noqa: ASYNC240 - one stat, by the CLI only
                 # Refused here, not by aiosqlite: its failed connect leaves its thread a message
                 # for this event loop, which fails in that thread if the loop has closed by then.
                 raise sqlite3.OperationalError(f"unable to open database file {db_path}")
