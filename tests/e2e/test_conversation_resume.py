@@ -97,3 +97,24 @@ async def test_the_same_key_under_another_token_starts_fresh(
         async with bridge_process(router, tmp_path, CONVERSATION, "second", token=other_token) as session:
             text(await session.call_tool("browser_navigate", {"url": f"{pages}/get"}))
             assert "cookie=none storage=none" in text(await session.call_tool("browser_snapshot", {}))
+
+
+async def test_a_forked_conversation_gets_a_copy_never_the_live_browser(
+    router: RouterThread, pages: str, tmp_path: Path
+) -> None:
+    """Two processes of one conversation at once (a fork, or two terminals resuming it): each
+    starts from the conversation's saved browser, in a browser of its own."""
+    key = "f0f0f0f0-1111-4222-8333-444455556666"
+    async with bridge_process(router, tmp_path, key, "origin") as session:
+        text(await session.call_tool("browser_navigate", {"url": f"{pages}/set?v=shared1"}))
+    async with (
+        bridge_process(router, tmp_path, key, "fork-a") as a,
+        bridge_process(router, tmp_path, key, "fork-b") as b,
+    ):
+        for fork in (a, b):
+            assert "token=shared1" in await evaluate(fork, "document.cookie")  # both got the state
+        await evaluate(a, "(document.cookie = 'only=a; path=/', localStorage.setItem('k', 'changed-by-a'), 1)")
+        assert "only=a" not in await evaluate(b, "document.cookie")  # a's browser is not b's
+        assert "shared1" in await evaluate(b, "localStorage.getItem('k')")
+        pids = {s.connection.worker.pid for s in router.manager.sessions if s.conversation and s.connection}
+        assert len(pids) == 2
