@@ -155,14 +155,6 @@ class SessionManager:
         # A warm worker goes before any session sleeps.
         self.admission.evictors = (self.pool.evict_one, self._hibernate_least_recent)
 
-    @property
-    def idle_timeout(self) -> float:
-        return self.upkeep.idle_timeout
-
-    @idle_timeout.setter
-    def idle_timeout(self, seconds: float) -> None:
-        self.upkeep.idle_timeout = seconds
-
     def _reserve_demand(self) -> int:
         """Warm workers wanted for resumes: while a session that browsed sleeps (reaped, crashed,
         hibernated, a previous run's) and went quiet within the window, the next call of such a
@@ -257,14 +249,8 @@ class SessionManager:
         warm = self.pool.take() if cached is None else None
         if warm is None and cached is None:
             self.admission.check_spawning()
-        session = self.sessions.create(response_mode)
-        session.state = State.NEW
-        session.budget = self._new_budget()
-        session.initialize_params = dict(params)
+        session = self.sessions.create(response_mode, params, budget=self._new_budget())
         self.pool.expect(session.initialize_params)
-        info = params.get("clientInfo")
-        session.client_info = info if isinstance(info, dict) else {}
-        session.protocol_version = version if isinstance(version, str) else None
         session.conversation = conversation
         if conversation is not None and self.conversations.hand_to(conversation, self._dir(session), STATE_FILE):
             session.browser_used = session.inherits_browser = True

@@ -340,12 +340,22 @@ class SessionTable:
     def __iter__(self) -> Iterator[Session]:
         return iter(list(self._sessions.values()))
 
-    def create(self, response_mode: str = "full") -> Session:
-        """A new session under a freshly minted id."""
+    def create(
+        self, response_mode: str = "full", initialize: dict[str, Any] | None = None, *,
+        budget: RestartBudget | None = None,
+    ) -> Session:
+        """A new session under a freshly minted id, with what its client's ``initialize`` said
+        (kept for its workers' handshakes and the record)."""
         session_id = mint_session_id(self.node_id)
         while session_id in self._sessions:  # astronomically unlikely, but cheap to rule out
             session_id = mint_session_id(self.node_id)
-        session = Session(session_id, response_mode=response_mode)
+        params = initialize or {}
+        info, version = params.get("clientInfo"), params.get("protocolVersion")
+        session = Session(
+            session_id, response_mode=response_mode, state=State.NEW, initialize_params=dict(params),
+            client_info=info if isinstance(info, dict) else {},
+            protocol_version=version if isinstance(version, str) else None, budget=budget or RestartBudget(),
+        )  # fmt: skip
         self._sessions[session_id] = session
         return session
 

@@ -49,11 +49,11 @@ def client(pw_router: RouterThread) -> Iterator[RawClient]:
 
 def reap(router: RouterThread, client: RawClient) -> None:
     """The client's session reaped for idling, its worker gone."""
-    idle_timeout, router.manager.idle_timeout = router.manager.idle_timeout, 0.5
+    idle_timeout, router.manager.upkeep.idle_timeout = router.manager.upkeep.idle_timeout, 0.5
     try:
         wait_for(lambda: session_state(router, client) is State.REAPED, timeout=15)
     finally:
-        router.manager.idle_timeout = idle_timeout
+        router.manager.upkeep.idle_timeout = idle_timeout
     wait_for(lambda: not processes_for(router.settings.state_dir, client.session_id), timeout=10)
 
 

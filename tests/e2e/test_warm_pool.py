@@ -91,9 +91,9 @@ def test_a_resume_takes_a_warm_worker_and_brings_the_page_back(state_dir: Path, 
         wait_saved(state_dir, client, "warm")
         [warm] = wait_for(lambda: router.manager.pool.ready_ids(), timeout=40)
         launched = browser_pids(state_dir, warm)
-        router.manager.idle_timeout = 0.5
+        router.manager.upkeep.idle_timeout = 0.5
         wait_for(lambda: router.manager.sessions.get(client.session_id).state is State.REAPED, timeout=15)
-        router.manager.idle_timeout = 600
+        router.manager.upkeep.idle_timeout = 600
         text = client.text("browser_navigate", url=f"{pages}/get")
         assert "cookie=warm storage=warm" in text  # restored into the warm worker's browser
         assert browser_pids(state_dir, warm) == launched  # no new browser was launched for it
@@ -163,10 +163,10 @@ def test_three_abandoned_conversations_leave_at_most_one_warm_worker(
         workers = [worker_of(router, cc.session_id) for cc in conversations]
         for cc in (gone, also_gone):
             assert cc.quit()["deletes"] == 0
-        manager.idle_timeout = REAP_IDLE  # only now: none is reaped while the others sign in
+        manager.upkeep.idle_timeout = REAP_IDLE  # only now: none is reaped while the others sign in
         for cc, worker in zip(conversations, workers, strict=True):
             wait_worker_gone(router, cc.session_id, worker)
-        manager.idle_timeout = 600
+        manager.upkeep.idle_timeout = 600
         assert not running_workers(state) & set(workers)
 
         def reserve_only() -> bool:

@@ -147,12 +147,12 @@ def test_handshake_and_listing_start_no_worker_and_match_the_worker(
 @contextmanager
 def reaping_after(router: RouterThread, seconds: float) -> Iterator[None]:
     """The shared router reaps idle workers after ``seconds`` for the length of a test."""
-    before = router.manager.idle_timeout
-    router.manager.idle_timeout = seconds
+    before = router.manager.upkeep.idle_timeout
+    router.manager.upkeep.idle_timeout = seconds
     try:
         yield
     finally:
-        router.manager.idle_timeout = before
+        router.manager.upkeep.idle_timeout = before
 
 
 def test_client_initialize_is_replayed_on_every_worker(fake_router: RouterThread) -> None:

@@ -73,10 +73,10 @@ def abandon(router: RouterThread, clients: list[RawClient]) -> list[int]:
         client.text("browser_navigate", url="https://example.test/")
         pids.append(whoami(client)["pid"])
     manager = router.manager
-    manager.idle_timeout = REAP_IDLE
+    manager.upkeep.idle_timeout = REAP_IDLE
     sessions = [manager.sessions.get(c.session_id) for c in clients]
     wait_for(lambda: all(s.state is State.REAPED for s in sessions), timeout=REAPED_WITHIN)
-    manager.idle_timeout = 600  # a resume's worker is not reaped again under the test
+    manager.upkeep.idle_timeout = 600  # a resume's worker is not reaped again under the test
     return pids
 
 

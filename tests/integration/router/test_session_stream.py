@@ -210,8 +210,8 @@ def test_a_get_on_a_dormant_session_starts_no_worker(reaping: RouterThread) -> N
 def test_the_get_stream_follows_a_reopened_worker_session(reaping: RouterThread) -> None:
     """The worker forgets the client's session but lives on: the router opens a new one there,
     and the stream follows it to the new worker session."""
-    idle = reaping.manager.idle_timeout
-    reaping.manager.idle_timeout = 60.0  # a reap here would take the resume path, not this one
+    idle = reaping.manager.upkeep.idle_timeout
+    reaping.manager.upkeep.idle_timeout = 60.0  # a reap here would take the resume path, not this one
     try:
         with open_session(reaping) as c:
             stream = HeldStream(c.url, c.session_id or "", "r").start()
@@ -226,4 +226,4 @@ def test_the_get_stream_follows_a_reopened_worker_session(reaping: RouterThread)
             assert c.delete().status_code == 200
             stream.join()
     finally:
-        reaping.manager.idle_timeout = idle
+        reaping.manager.upkeep.idle_timeout = idle
