@@ -15,6 +15,7 @@ import anyio
 
 from router.errors import SessionNotFound, WorkerUnreachable
 from router.protocol.messages import ClientMessage
+from router.sessions import statefiles
 from router.sessions.bringup import BringUps
 from router.sessions.continuity import Continuity
 from router.sessions.handshake import HandshakeCache
@@ -81,7 +82,9 @@ class RequestServing:
         failed after its tool ran) has the browser state saved, debounced."""
         tool = message.tool_name or ""
         if tool.startswith("browser_") and session.connection is not None:
-            session.browser_used = True
+            if not session.browser_used:  # on disk too: a later run never ends it to make room
+                session.browser_used = True
+                statefiles.keep_session(self.continuity.layout.session_dir(session.id), session)
             # A snapshot changes no cookie and no tab, unless the page moved meanwhile (a
             # login's redirect landing during browser_wait_for sets the session cookie).
             if not self.handshakes.read_only(tool) or session.current_url != url_before:

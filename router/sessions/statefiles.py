@@ -145,6 +145,7 @@ def session_record(session: Session) -> dict[str, Any]:
         "protocol_version": session.protocol_version,
         "roots": session.roots.last,
         "conversation": session.conversation,
+        "browsed": session.browser_used,
         "created": session.created,
         "last_active": max(session.last_activity, time.time() - session.idle_for(time.monotonic())),
     }
@@ -173,7 +174,7 @@ def session_from_disk(
         protocol_version=version if isinstance(version, str) else None,
         client_info=info if isinstance(info, dict) else {},
         initialize_params=params if isinstance(params, dict) else {},
-        browser_used=has_state(session_dir),
+        browser_used=has_state(session_dir) or data.get("browsed") is True,
         budget=budget,
     )
     conversation = data.get("conversation")

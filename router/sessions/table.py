@@ -54,6 +54,8 @@ class State(Enum):
 
 
 ENDED = frozenset({State.CLOSED, State.ERROR})
+# States of a session that may never have used a browser (``browser_used`` tells).
+UNBROWSED = frozenset({State.NEW, State.INTERRUPTED})
 DORMANT = frozenset({State.REAPED, State.HIBERNATED, State.CRASHED, State.INTERRUPTED, State.DEGRADED})
 # The record's vocabulary (router/record/schema.py) for each in-memory state.
 RECORD_STATE = {
@@ -376,9 +378,11 @@ class SessionTable:
     # Who makes room, and who will be back: the lifecycle acts, the table only answers.
 
     def longest_unused(self, now: float, idle_for: float) -> Session | None:
-        """The longest-idle session that never had a worker, idle for at least ``idle_for``."""
+        """The longest-idle session that never used a browser, idle for at least ``idle_for``: new
+        in this run, or loaded from a previous run's files with no browser state."""
         unused = [
-            s for s in self.live() if s.state is State.NEW and not s.browser_used and s.idle_for(now) >= idle_for
+            s for s in self.live()
+            if s.state in UNBROWSED and not s.browser_used and s.idle_for(now) >= idle_for
         ]  # fmt: skip
         return min(unused, key=lambda s: s.last_activity) if unused else None
 

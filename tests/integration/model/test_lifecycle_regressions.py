@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.integration.model.model import LifecycleModel
+from tests.integration.model.model import EVICTABLE_AFTER, LifecycleModel
 
 pytestmark = pytest.mark.model
 
@@ -78,5 +78,34 @@ def test_a_new_session_after_a_restart_makes_room_once_the_old_ones_are_loaded(m
         lambda m: m.start(resume_reserve=0, max_sessions=3, max_live_workers=1, opening=[True, True]),
         lambda m: m.open_session(claude_code=True),
         lambda m: m.restart_router(kill=False),
+        lambda m: m.open_session(claude_code=False),
+    )
+
+
+def test_sessions_loaded_after_a_restart_that_never_browsed_make_room(model: LifecycleModel) -> None:
+    """Loaded from disk after a restart, sessions that never used a browser came back as
+    'interrupted', and only 'new' ones were ended to make room: at --max-sessions every new
+    session got 503 until the retention (24 h) ended one."""
+    replay(
+        model,
+        lambda m: m.start(resume_reserve=0, max_sessions=3, max_live_workers=1, opening=[True, True]),
+        lambda m: m.open_session(claude_code=True),
+        lambda m: m.restart_router(kill=False),
+        lambda m: m.pause(EVICTABLE_AFTER + 0.5),
+        lambda m: m.open_session(claude_code=False),
+    )
+
+
+def test_a_session_that_browsed_is_not_ended_to_make_room_after_a_kill(model: LifecycleModel) -> None:
+    """A session whose only call was a snapshot (no state saved) and whose router was SIGKILLed:
+    loaded again, it must still count as having had a browser, and a newer idle one makes room."""
+    replay(
+        model,
+        lambda m: m.start(resume_reserve=0, max_sessions=3, max_live_workers=1, opening=[True]),
+        lambda m: m.call(index=0, tool="browser_snapshot"),
+        lambda m: m.restart_router(kill=True),
+        lambda m: m.open_session(claude_code=False),
+        lambda m: m.open_session(claude_code=False),
+        lambda m: m.pause(EVICTABLE_AFTER + 0.5),
         lambda m: m.open_session(claude_code=False),
     )
