@@ -32,6 +32,7 @@ from router.client.models import (
     Tabs,
     ToolResult,
 )
+from router.types import H_CONVERSATION
 
 if TYPE_CHECKING:
     import httpx2
@@ -51,7 +52,10 @@ class BrowserSession:
     ``reinitialize_on_expiry``: when the router answers 404 (the session was ended by a DELETE,
     retention or an operator), open a new session once and repeat the call there, as Claude Code
     does. Off by default: the new session has a new, empty browser (no page, cookies or tabs),
-    which a caller must expect. ``transport`` replaces the HTTP transport (tests use a stand-in).
+    which a caller must expect. ``conversation``: a key naming the caller's conversation (the
+    ``Mcp-Router-Conversation`` header): a later session with the same key starts from the browser
+    this one leaves (page, cookies, storage, tabs). ``transport`` replaces the HTTP transport
+    (tests use a stand-in).
     """
 
     def __init__(
@@ -62,12 +66,15 @@ class BrowserSession:
         timeout: float = DEFAULT_TIMEOUT,
         reinitialize_on_expiry: bool = False,
         end_on_exit: bool = True,
+        conversation: str | None = None,
         transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
         self.url = _checks.endpoint(url)
         self.timeout = _checks.timeout(timeout)
         self.reinitialize_on_expiry = reinitialize_on_expiry
         self._headers = {"authorization": f"Bearer {token}"} if token else {}
+        if conversation is not None:  # read by the router on initialize; any other request ignores it
+            self._headers[H_CONVERSATION] = conversation
         self._end_on_exit = end_on_exit
         self._transport = transport
         self._tg: TaskGroup | None = None

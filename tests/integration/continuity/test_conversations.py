@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from router.client import BrowserSession
 from router.http.auth import conversation_scope
 from router.sessions.conversations import conversation_id
 from router.types import H_CONVERSATION
@@ -187,3 +188,15 @@ def test_the_record_shows_a_conversations_sessions(router: RouterThread) -> None
             capture_output=True, text=True, timeout=60, cwd=ROOT,
         )  # fmt: skip
         assert refused.returncode == code and refused.stderr, refused
+
+
+async def test_the_python_client_names_its_conversation(router: RouterThread) -> None:
+    """`BrowserSession(conversation=...)`: the header on initialize, its DELETE on exit the save."""
+    async with BrowserSession(router.url, token=TEST_TOKEN, conversation=KEY) as first:
+        await first.navigate(PAGE)
+        await first.click("Bump", (await first.snapshot()).ref("Bump"))
+    async with BrowserSession(router.url, token=TEST_TOKEN, conversation=KEY) as again:
+        snapshot = await again.snapshot()
+        assert "clicks 1" in snapshot.snapshot and snapshot.url == PAGE
+    async with BrowserSession(router.url, token=TEST_TOKEN) as unnamed:
+        assert "clicks 0" in (await unnamed.snapshot()).snapshot
