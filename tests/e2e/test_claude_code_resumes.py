@@ -154,7 +154,7 @@ def test_two_calls_after_the_worker_lost_the_session_share_one_new_one(
     on together or one after the other's reopen): the router opens one new worker session for
     both, the client's stream follows it, and that session's roots/list reaches the client, so
     neither call waits out the worker's minute for the answer."""
-    monkeypatch.setattr(reaping.manager, "idle_timeout", 60.0)  # a reap would take the resume path
+    monkeypatch.setattr(reaping.manager.upkeep, "idle_timeout", 60.0)  # a reap would take the resume path
     with ClaudeCodeClient(reaping.url) as cc:
         before = sign_in(cc, pages, f"lost{int(together)}")
         session = reaping.manager.sessions.get(cc.session_id)
