@@ -34,6 +34,18 @@ SHARED_ROUTER_IDLE_TIMEOUT = 600.0
 E2E_DIR = Path(__file__).parent / "e2e"
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A run ended by SIGTERM (scripts/test stopping the lifecycle model after another tier
+    # failed, a CI timeout) unwinds as Ctrl-C does: fixtures and teardowns stop the routers and
+    # workers they started. Python's default for SIGTERM ends the process on the spot and leaves
+    # them running. (Background jobs of a script ignore SIGINT, so SIGINT cannot do this.)
+    signal.signal(signal.SIGTERM, _interrupted)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     misplaced = []
     for item in items:
