@@ -47,9 +47,13 @@ class ClaudeCodeClient:
     runs in its own process group, which is killed on the way out whatever happened.
     """
 
-    def __init__(self, url: str, *, token: str | None = TEST_TOKEN, ready_timeout: float = READY_TIMEOUT) -> None:
+    def __init__(
+        self, url: str, *, token: str | None = TEST_TOKEN, ready_timeout: float = READY_TIMEOUT,
+        conversation: str | None = None,
+    ) -> None:
         self.url = url
         self.token = token
+        self.conversation = conversation  # sent on every request (the router reads it on initialize)
         self.ready_timeout = ready_timeout
         self.ready: dict[str, Any] = {}
         self._proc: subprocess.Popen[str] | None = None
@@ -71,9 +75,11 @@ class ClaudeCodeClient:
 
     def start(self) -> None:
         assert SDK_DIST.exists(), "the TypeScript SDK is missing: scripts/setup runs npm ci in workers/"
-        env = {k: v for k, v in os.environ.items() if k != "CC_TOKEN"}
+        env = {k: v for k, v in os.environ.items() if k not in ("CC_TOKEN", "CC_CONVERSATION")}
         if self.token is not None:
             env["CC_TOKEN"] = self.token  # not argv: that is readable by every local user
+        if self.conversation is not None:
+            env["CC_CONVERSATION"] = self.conversation
         self._stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 -- outlives this method; close() closes it
         self._proc = subprocess.Popen(
             ["node", str(SCRIPT), str(SDK_DIST), self.url],

@@ -198,6 +198,8 @@ class CountingTransport {
 }
 
 const extraHeaders = process.env.CC_TOKEN ? { authorization: `Bearer ${process.env.CC_TOKEN}` } : {};
+// The conversation it continues (what mcp-router stdio sends from CLAUDE_CODE_SESSION_ID).
+if (process.env.CC_CONVERSATION) extraHeaders["mcp-router-conversation"] = process.env.CC_CONVERSATION;
 
 async function discover() {
   // Clients of late 2026 probe the sessionless revision first and fall back on a 4xx.

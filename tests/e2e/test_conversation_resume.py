@@ -14,12 +14,15 @@ import mcp_types as types
 import pytest
 from mcp.client.session import ClientSession
 
+from router.sessions.table import State
+from tests.e2e.claude_code import ClaudeCodeClient
 from tests.support import RouterThread, wait_for
 from tests.support.routers import playwright_router
 from tests.support.stdio import bridged_session, bridged_session_id
 
 CONVERSATION = "6c1f2e0a-7d3b-4c55-9a1e-0f2b3c4d5e6f"
 GONE_WITHIN = 30.0
+REAPED_WITHIN = 20.0  # a save and a worker's end, on a loaded 2-core machine
 
 
 def text(result: types.CallToolResult) -> str:
@@ -118,3 +121,28 @@ async def test_a_forked_conversation_gets_a_copy_never_the_live_browser(
         assert "shared1" in await evaluate(b, "localStorage.getItem('k')")
         pids = {s.connection.worker.pid for s in router.manager.sessions if s.conversation and s.connection}
         assert len(pids) == 2
+
+
+def test_a_claude_code_shaped_conversation_paused_past_the_idle_timeout_comes_back(
+    router: RouterThread, pages: str
+) -> None:
+    """Over HTTP as Claude Code talks (roots declared, GET stream held, never DELETE), naming its
+    conversation: it browses, pauses past the idle timeout (reaped: that save is the
+    conversation's) and goes without a DELETE; its next process finds the page and the cookies."""
+    key = "c0c0c0c0-2222-4333-8444-555566667777"
+    with ClaudeCodeClient(router.url, conversation=key) as cc:
+        cc.call("browser_navigate", url=f"{pages}/app?login=carol3")
+        session = router.manager.sessions.get(cc.session_id)
+        idle, router.manager.upkeep.idle_timeout = router.manager.upkeep.idle_timeout, 0.5
+        try:
+            wait_for(lambda: session.state is State.REAPED, timeout=REAPED_WITHIN)
+        finally:
+            router.manager.upkeep.idle_timeout = idle
+        first = cc.session_id
+    assert router.manager.sessions.get(first) is not None  # no DELETE: asleep, not ended
+    with ClaudeCodeClient(router.url, conversation=key) as cc:
+        snapshot, _ = cc.call("browser_snapshot")
+        assert f"- Page URL: {pages}/app" in snapshot and "restored after the conversation resumed" in snapshot
+        cookies, _ = cc.call("browser_evaluate", function="() => document.cookie")
+        assert "session=carol3" in cookies
+        assert cc.session_id != first
