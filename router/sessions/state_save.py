@@ -77,11 +77,11 @@ class BrowserStateSaver:
                     },
                     unless=session.state_digest,
                 )
-                if written:
-                    self.written += 1
+                if not written:
+                    self.unchanged += 1  # and its conversation holds this state already
                 else:
-                    self.unchanged += 1
-                if self.conversations is not None and session.conversation is not None:
+                    self.written += 1
+                if written and self.conversations is not None and session.conversation is not None:
                     self.conversations.keep(
                         session.conversation, session.id, session.created, self.layout.state_file(session.id)
                     )
