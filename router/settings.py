@@ -76,6 +76,11 @@ class Settings(BaseSettings):
     # DELETE). One by default: the common case is one conversation coming back; a server with
     # many that come back at once raises it (scripts/bench --only resumes measures ten).
     resume_reserve: int = Field(default=1, ge=0)
+    # Client sessions one worker carries, each its own MCP session and so its own browser context
+    # of the worker's one browser (@playwright/mcp --isolated; router/sessions/hosts.py). 1: a
+    # worker (and a browser) per session, as strong an isolation as processes give; more: several
+    # times less memory per session (docs/operations.md says when to choose which).
+    sessions_per_browser: int = Field(default=1, ge=1, le=200)
     # Seconds between the snapshots that keep a waiting warm worker's node and browser warm
     # (router/sessions/pool.py): a first call after 5 min of waiting cost 1.3-1.6x a steady one.
     # 0 turns them off (a call every 20 min still keeps the browser open).

@@ -46,6 +46,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         "--resume-reserve", type=int, help="warm workers kept while browsed sessions sleep (default 1; 0: none)"
     )
     p.add_argument(
+        "--sessions-per-browser", type=int,
+        help="client sessions sharing one worker's browser, each in its own context (default 1: a worker each)",
+    )
+    p.add_argument(
         "--keep-warm-interval",
         type=float,
         help="seconds between the calls that keep a waiting warm worker warm (default 30; 0: off)",

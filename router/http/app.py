@@ -79,6 +79,7 @@ def build_supervisor(settings: Settings) -> Supervisor:
         viewport=settings.viewport,
         extra_args=settings.worker_args,
         sandbox=sandbox_possible(),
+        isolated=settings.sessions_per_browser > 1,
         max_header_bytes=MAX_HEAD_BYTES + WORKER_HEAD_HEADROOM,
     )
     if settings.worker_command and settings.worker_args:
@@ -122,6 +123,7 @@ def continuity_options(settings: Settings) -> dict[str, Any]:
         "max_live_workers": settings.max_live_workers,
         "warm_workers": settings.warm_workers,
         "resume_reserve": settings.resume_reserve,
+        "sessions_per_browser": settings.sessions_per_browser,
         "keep_warm_interval": settings.keep_warm_interval,
         "bring_ups": settings.bring_ups,
         "retention": settings.session_retention_hours * 3600.0,

@@ -29,6 +29,7 @@ from router.sessions.bringup import BringUps
 from router.sessions.control import ControlError, ControlSession
 from router.sessions.conversations import ConversationStore
 from router.sessions.handshake import HandshakeCache
+from router.sessions.hosts import Hosts
 from router.sessions.prepared_stream import HandOver, PreparedStream, hand_over, hold_for_streamless
 from router.sessions.restore import RestoreProgress, restore_browser
 from router.sessions.resume_notice import CONVERSATION_REASON, partial_notice, resumed_notice
@@ -66,9 +67,12 @@ class Continuity:
         bring_ups: BringUps,
         on_dormant: Callable[[], None] = lambda: None,
         conversations: ConversationStore | None = None,
+        hosts: Hosts | None = None,
     ) -> None:
         """``on_dormant``: called once a session's worker has ended (the resume reserve's demand
-        changed: its warm worker starts now, not at the pool's next poll)."""
+        changed: its warm worker starts now, not at the pool's next poll). ``hosts``: sessions
+        share workers (``--sessions-per-browser``): a session takes a place on a host, not a
+        worker of its own, and leaves it when it sleeps or ends."""
         self.supervisor = supervisor
         self.on_dormant = on_dormant
         self.bring_ups = bring_ups
@@ -82,6 +86,7 @@ class Continuity:
         self.metrics = metrics
         self.start_soon = start_soon
         self.conversations = conversations
+        self.hosts = hosts
         self.state_saver = BrowserStateSaver(layout, conversations)
         self.roots_wait = ROOTS_WAIT  # ``attach``'s default
 
@@ -153,11 +158,14 @@ class Continuity:
         if reason is None and session.inherits_browser:
             reason = CONVERSATION_REASON
         if worker is None:
-            worker = await self.admission.spawn(session.id)
+            worker = await (self.admission.spawn(session.id) if self.hosts is None else self.hosts.place(session.id))
         spawned = time.monotonic()
         connection = connection or WorkerConnection(worker)
         replay = prepared or ControlSession(connection)
-        control = control or ControlSession(connection)
+        # On a host, the client's own MCP session is its browser context: the router's calls for
+        # it (save, restore, picture) go there. Elsewhere a session of the router's own shares it.
+        shared = self.shares(worker)
+        control = control or (replay if shared else ControlSession(connection))
         worker_session_id = ""
         restored = cut_short = False
         failures: list[ControlError] = []
@@ -191,7 +199,7 @@ class Continuity:
                         with anyio.move_on_after(RESTORE_BUDGET) as budget:
                             restored = await restore_browser(
                                 self.layout.session_dir(session.id), control, worker.output_dir,
-                                fresh_profile=warm, progress=progress,
+                                fresh_profile=warm or shared, progress=progress,
                             )  # fmt: skip
                     if budget.cancelled_caught:
                         cut_short = True
@@ -203,9 +211,14 @@ class Continuity:
         # Until _bind the worker is the session's in no one's eyes but this call's: whatever ends
         # it early (a failure, a cancellation, the session ending meanwhile) must end the worker.
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(replay_handshake)
-                tg.start_soon(bring_back_the_browser)
+            if shared:  # one session: the handshake first
+                await replay_handshake()
+                if not failures:
+                    await bring_back_the_browser()
+            else:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(replay_handshake)
+                    tg.start_soon(bring_back_the_browser)
             if failures:
                 raise failures[0]
             self._learn_handshake(session, replay, control)
@@ -216,17 +229,17 @@ class Continuity:
                         session, replay, waited=stream_waited, start_soon=self.start_soon
                     )
         except ControlError as exc:
-            await self._let_go(session, worker, connection, held)
+            await self._let_go(session, worker, connection, held, replay.session_id)
             session.crashed()
             raise WorkerUnreachable(
                 f"Could not start the session's browser worker: {exc}",
                 data={"session": session.id, "stderr": worker.stderr_tail()},
             ) from None
         except BaseException:
-            await self._let_go(session, worker, connection, held)
+            await self._let_go(session, worker, connection, held, replay.session_id)
             raise
         if session.state in ENDED:  # ended (DELETE, --end) while the worker was coming up
-            await self._let_go(session, worker, connection, held)
+            await self._let_go(session, worker, connection, held, replay.session_id)
             return replay.initialize_result
         if held is not None:  # taken by the client's stream, which _bind wakes
             self._drop_held(session)
@@ -255,19 +268,23 @@ class Continuity:
         return replay.initialize_result
 
     async def _let_go(
-        self, session: Session, worker: Worker, connection: WorkerConnection | None, held: PreparedStream | None
+        self, session: Session, worker: Worker, connection: WorkerConnection | None, held: PreparedStream | None,
+        worker_session: str | None = None,
     ) -> None:
         """Ends a worker brought up for ``session`` that the session does not get: its held
         stream and connection closed, its process ended (a warm one's directory with it), its
-        slot freed last (nobody can take it while the process still runs). Shielded: it runs
-        on a cancellation too."""
+        slot freed last (nobody can take it while the process still runs); on a host, the
+        session's MCP session there (``worker_session``) ended and its place given back.
+        Shielded: it runs on a cancellation too."""
         with anyio.CancelScope(shield=True):
             if held is not None:
                 await held.close()
             if connection is not None:
+                if worker_session is not None and self.shares(worker):
+                    await connection.delete_session(worker_session)
                 await connection.aclose()
             await self.end_worker(session, worker)
-        self.admission.release(worker.session_id)
+        self.release_slot(worker)
 
     def _drop_held(self, session: Session) -> None:
         """Closes a held stream of the session's worker nobody will relay any more."""
@@ -283,6 +300,8 @@ class Continuity:
         except ControlError as exc:
             log.warning("worker session lost and not reopened session=%s: %s", session.id, exc)
             return False
+        if self.shares(connection.worker):  # the new session is the client's context now
+            session.control = replay
         session.roots.worker_opened()
         session.asked.clear()
         session.worker_has_roots = False
@@ -322,7 +341,9 @@ class Continuity:
         """Synchronous, so nobody can pick the same session between the check and the change."""
         connection, session.connection = session.connection, None
         if connection is not None:
-            self.admission.release(connection.worker.session_id)  # a warm worker's slot is its own
+            self.release_slot(connection.worker)  # a warm worker's slot is its own
+            if self.hosts is not None:
+                self.hosts.leave(session.id)
         session.worker_session_id = None
         session.control = None
         session.asked.clear()
@@ -332,6 +353,15 @@ class Continuity:
         self.record_state(session)
         session.worker_switched()
         return connection
+
+    def shares(self, worker: Worker) -> bool:
+        """Whether ``worker`` is a host several sessions share (hosts.py)."""
+        return self.hosts is not None and self.hosts.shares(worker)
+
+    def release_slot(self, worker: Worker) -> None:
+        """Frees the worker slot a session's worker held; a host's stays with the host."""
+        if not self.shares(worker):
+            self.admission.release(worker.session_id)
 
     def record_state(self, session: Session) -> None:
         if self.recorder is not None:
@@ -349,11 +379,13 @@ class Continuity:
         """Reap or hibernate: save the browser state, end the worker, keep the id and profile."""
         if session.connection is None or (session.in_flight and not force):
             return False
-        control = session.control
+        control, worker_session = session.control, session.worker_session_id
         connection = self.detach(session, state)
         assert connection is not None
         async with session.lock:
             await self.state_saver.save(session, connection, control)
+            if worker_session is not None and self.shares(connection.worker):
+                await connection.delete_session(worker_session)  # its context closes; the host lives on
             await connection.aclose()
             if self.recorder is not None:
                 await self.recorder.flush()  # the recorder reads the output dir's files first
@@ -369,7 +401,11 @@ class Continuity:
         """Ends a worker the session no longer has. One taken from the warm pool lived under its
         own id: its directory goes with it (the session's saved state is under the session's).
         ``clear_output`` only with ``session.lock`` held: a new worker of the session runs in
-        that same directory."""
+        that same directory. A host is not ended: the session's place on it is given back."""
+        if self.shares(worker):
+            assert self.hosts is not None
+            self.hosts.leave(session.id)
+            return
         await self.supervisor.stop(worker.session_id)
         if worker.session_id != session.id:
             if self.recorder is not None:

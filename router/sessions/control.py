@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 CONTROL_TIMEOUT: Final = 30.0  # a tool call that restores a page may load it; generous but bounded
 CONTROL_CLIENT_INFO: Final = {"name": "mcp-router-control", "version": "1"}
 DEFAULT_PROTOCOL_VERSION: Final = "2025-06-18"
+CONTROL_ID_PREFIX: Final = "mcp-router-c"  # never a prefix of asked.WORKER_ID_PREFIX's ids
 
 
 class ControlError(Exception):
@@ -40,7 +41,7 @@ class _Reply:
     content: bytes
 
 
-def _answer(response: _Reply, request_id: int) -> dict[str, Any]:
+def _answer(response: _Reply, request_id: str) -> dict[str, Any]:
     messages: list[Any]
     if response.content_type.startswith(SSE):
         try:
@@ -70,7 +71,9 @@ class ControlSession:
         self.protocol_version = DEFAULT_PROTOCOL_VERSION
         self.initialize_result: dict[str, Any] = {}
         self.opened_with: dict[str, Any] | None = None  # the initialize params ``open`` was given
-        self._ids = itertools.count(1)  # JSON-RPC ids are per session
+        # Strings: the router may call tools on a client's own MCP session (a shared browser's
+        # context, hosts.py), beside the client's requests, which an SDK numbers with integers.
+        self._ids = (f"{CONTROL_ID_PREFIX}{n}" for n in itertools.count(1))
         # A tool call was answered: the worker gave this session its share of the browser, which
         # Playwright closes only when its last session sharing it ends.
         self.shares_browser = False

@@ -37,6 +37,7 @@ from router.sessions.browser_watch import BrowserWatches
 from router.sessions.continuity import Continuity, record_opened
 from router.sessions.conversations import ConversationStore
 from router.sessions.handshake import HandshakeCache, probe
+from router.sessions.hosts import Hosts
 from router.sessions.nodes import check_owner
 from router.sessions.pool import KEEP_WARM_EVERY, WarmPool
 from router.sessions.renewal import renew_browser
@@ -85,6 +86,7 @@ class SessionManager:
         metrics: Metrics | None = None,
         warm_workers: int = 0,
         resume_reserve: int = 0,
+        sessions_per_browser: int = 1,
         keep_warm_interval: float = KEEP_WARM_EVERY,
         bring_ups: int | None = None,
         probe_handshake: bool = True,
@@ -106,6 +108,14 @@ class SessionManager:
         self.stopping = anyio.Event()  # set when the router begins shutting down
         self._loop: asyncio.AbstractEventLoop | None = None
         self.admission = Admission(supervisor, max_live_workers=max_live_workers, metrics=metrics)
+        # Sessions sharing workers: a host that is up is every sleeping session's reserve.
+        self.hosts = None if sessions_per_browser <= 1 else Hosts(
+            admission=self.admission, supervisor=supervisor, capacity=sessions_per_browser,
+            idle_timeout=idle_timeout, health_interval=health_interval,
+        )  # fmt: skip
+        if self.hosts is not None:
+            warm_workers = resume_reserve = 0
+            self.hosts.evict = self._hibernate_least_recent
         self.conversations = ConversationStore(layout, retention)
         self.initialize_rate = RateLimit(INITIALIZE_RATE, INITIALIZE_BURST)
         self.bring_ups = BringUps(bring_ups or default_bring_ups())
@@ -120,6 +130,7 @@ class SessionManager:
             bring_ups=self.bring_ups,
             on_dormant=lambda: self.pool.wake(),
             conversations=self.conversations,
+            hosts=self.hosts,
         )
         self.resume_reserve = max(0, resume_reserve)
         self.pool = WarmPool(
@@ -164,8 +175,9 @@ class SessionManager:
         return min(self.resume_reserve, self.sessions.sleeping_browsers(since=time.time() - RESERVE_WINDOW))
 
     def _owns_directory(self, worker_id: str) -> bool:
-        """A worker directory with no session file that is not litter: a warm worker's, the probe's."""
-        return self.pool.owns(worker_id) or worker_id == self._probe_id
+        """A worker directory with no session file that is not litter: a warm worker's, the probe's, a host's."""
+        hosted = self.hosts is not None and self.hosts.owns(worker_id)
+        return self.pool.owns(worker_id) or worker_id == self._probe_id or hosted
 
     def _start_soon(self, job: Callable[[], Awaitable[Any]]) -> None:
         self.upkeep.start_soon(job)
@@ -180,6 +192,8 @@ class SessionManager:
         async with self.upkeep.run():
             if self.pool.size or self.resume_reserve:
                 self._start_soon(self.pool.refill)
+            if self.hosts is not None:
+                self._start_soon(self.hosts.run)
             if self.probe_handshake and not self.handshakes.versions() >= HANDSHAKE_VERSIONS:
                 self._start_soon(self._probe_handshakes)
             else:
@@ -206,6 +220,8 @@ class SessionManager:
         # Whatever the budget cut short is still marked, and the supervisor ends its worker.
         for session in self.sessions.with_worker():
             self.continuity.detach(session, State.HIBERNATED)
+        if self.hosts is not None:
+            await self.hosts.close()
 
     async def _probe_handshakes(self) -> None:
         self._probe_id = "probe-" + secrets.token_hex(16)
@@ -297,6 +313,8 @@ class SessionManager:
             max_sessions=self.max_sessions,
             max_live_workers=self.admission.max_live_workers,
             resume_reserve=self.resume_reserve,
+            hosts=len(self.hosts) if self.hosts is not None else None,
+            sessions_per_browser=self.hosts.capacity if self.hosts is not None else 1,
         )
 
     def accepting_sessions(self) -> bool:
@@ -337,18 +355,21 @@ class SessionManager:
             connection, session.connection = session.connection, None
             control, session.control = session.control, None
             session.worker_switched()
+            shared = connection is not None and self.continuity.shares(connection.worker)
             if connection is not None:
-                self.admission.release(connection.worker.session_id)
+                self.continuity.release_slot(connection.worker)
                 if session.conversation is not None:  # the conversation's next session takes it up
                     await self.continuity.state_saver.save(session, connection, control)
-                if state is State.CLOSED and session.worker_session_id is not None:
+                if (state is State.CLOSED or shared) and session.worker_session_id is not None:
                     await connection.delete_session(session.worker_session_id)
                 await connection.aclose()
             if self.recorder is not None:
                 self.recorder.session_state(session.id, RECORD_STATE[state])
                 # The worker's snapshot files are read by the recorder; let it finish before they go.
                 await self.recorder.flush()
-            if connection is not None and connection.worker.session_id != session.id:
+            if connection is not None and shared:
+                await self.continuity.end_worker(session, connection.worker)  # its place on the host
+            elif connection is not None and connection.worker.session_id != session.id:
                 await self.supervisor.forget(connection.worker.session_id)  # a warm worker it had taken
             await self.supervisor.stop(session.id)
             await self.supervisor.forget(session.id)

@@ -17,8 +17,11 @@ async def renew_browser(continuity: Continuity, session: Session) -> str:
     browser session's id, which the record links to this session."""
     browser_session = "browser-" + secrets.token_urlsafe(12)
     async with session.lock:
+        worker_session = session.worker_session_id
         connection = continuity.detach(session, State.HIBERNATED)
         if connection is not None:
+            if worker_session is not None and continuity.shares(connection.worker):
+                await connection.delete_session(worker_session)  # its context, on a host that lives on
             await connection.aclose()
             if continuity.recorder is not None:
                 await continuity.recorder.flush()  # the recorder reads the output dir's files first

@@ -21,7 +21,6 @@ from router.sessions.unrestored import BLANK, Unrestored, left_out
 log = logging.getLogger("mcp_router.continuity")
 
 # Playwright reads storage state only under the worker's output dir (or its cwd).
-RESTORE_NAME: Final = ".router-storage-restore.json"
 MAX_RESTORED_TABS: Final = 10  # a runaway page opening tabs must not make every resume slow
 MAX_REF_FRAME: Final = 8  # past this many documents in a tab, refs are re-taken, not reproduced
 
@@ -71,12 +70,12 @@ async def restore_browser(
         origins = storage.get("origins")
         split = split_origins(origins if isinstance(origins, list) else [], current, reloads if first_is_current else 0)
         if not fresh_profile or sets_anything(storage, split.elsewhere):
-            await _set_storage_state(control, output_dir, {**storage, "origins": split.elsewhere})
+            await _set_storage_state(control, output_dir, {**storage, "origins": split.elsewhere}, session_dir.name)
         if split.in_tab:
             done = await restore_in_tab(control, split.in_tab)
             if done.restored < len(split.in_tab):  # Playwright's way for what the tab did not take
                 rest = split.elsewhere + split.in_tab[done.restored :]
-                await _set_storage_state(control, output_dir, {**storage, "origins": rest})
+                await _set_storage_state(control, output_dir, {**storage, "origins": rest}, session_dir.name)
             reloads -= done.documents
     progress.storage_done = True
     marks.append(time.monotonic())
@@ -126,8 +125,10 @@ def _selected(tabs: list[str], current: str | None) -> int:
     return tabs.index(current) if current in tabs else 0
 
 
-async def _set_storage_state(control: ControlSession, output_dir: Path, storage: dict[str, Any]) -> None:
-    restore = output_dir / RESTORE_NAME
+async def _set_storage_state(
+    control: ControlSession, output_dir: Path, storage: dict[str, Any], session_id: str
+) -> None:
+    restore = statefiles.exchange_file(output_dir, "restore", session_id)
     write_json(restore, storage)
     try:
         await control.call("browser_set_storage_state", {"filename": str(restore)})

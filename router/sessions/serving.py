@@ -151,8 +151,8 @@ class RequestServing:
         close the browser, page and all. Only with the client's stream there to answer, and no
         other request of the client's on the old session."""
         connection, old = session.connection, session.worker_session_id
-        if connection is None or old is None:
-            return
+        if connection is None or old is None or self.continuity.shares(connection.worker):
+            return  # on a host a new session is a new, empty context: the old roots stay
         if await self.reopen_worker_session(session, connection) and session.worker_session_id != old:
             log.info("worker session renewed for the client's new roots session=%s", session.id)
 

@@ -28,7 +28,6 @@ log = logging.getLogger("mcp_router.continuity")
 
 SAVE_TIMEOUT: Final = 5.0  # a wedged worker must not hold a reap or a shutdown for long
 # Playwright writes and reads storage state only under the worker's output dir (or its cwd).
-SAVE_NAME: Final = ".router-storage-save.json"
 STORAGE_TOOLS: Final = frozenset({"browser_storage_state", "browser_set_storage_state"})
 
 
@@ -55,7 +54,7 @@ class BrowserStateSaver:
             if not self._storage:
                 return
             started = time.monotonic()
-            target = connection.worker.output_dir / SAVE_NAME
+            target = statefiles.exchange_file(connection.worker.output_dir, "save", session.id)
             try:
                 await control.call("browser_storage_state", {"filename": str(target)})
                 listing = await control.call("browser_tabs", {"action": "list"})

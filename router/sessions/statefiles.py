@@ -130,6 +130,14 @@ def write_state(session_dir: Path, data: dict[str, Any], *, unless: bytes | None
     return digest, True
 
 
+def exchange_file(worker_output: Path, kind: str, session_id: str) -> Path:
+    """Where the router hands the worker a session's storage state, or takes it from it (``kind``
+    ``save`` or ``restore``): named per session, for a worker's output directory may be shared by
+    several sessions (hosts.py), and never by the session id, which is a bearer secret."""
+    tag = hashlib.sha256(session_id.encode()).hexdigest()[:16]
+    return worker_output / f".router-storage-{kind}-{tag}.json"
+
+
 def clear_output(worker_output: Path) -> None:
     """A dormant session's snapshot and console files: already in the record, never read again."""
     shutil.rmtree(worker_output, ignore_errors=True)

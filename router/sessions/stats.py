@@ -22,3 +22,5 @@ class ManagerStats:
     max_sessions: int = 0
     max_live_workers: int = 0
     resume_reserve: int = 0  # the reserve's cap (--resume-reserve; 0: none)
+    hosts: int | None = None  # workers several sessions share (--sessions-per-browser > 1); None: off
+    sessions_per_browser: int = 1

@@ -40,7 +40,10 @@ async def page_picture(session: Session) -> tuple[bytes, str] | None:
             if session.control is not control:
                 return None
             try:
-                tab = _client_tab(tab_entries(await control.call("browser_tabs", {"action": "list"})), session)
+                # The client's own session (a shared browser's context) is on the client's tab already.
+                tab = None
+                if control.session_id != session.worker_session_id:
+                    tab = _client_tab(tab_entries(await control.call("browser_tabs", {"action": "list"})), session)
                 if tab is not None:
                     await control.call("browser_tabs", {"action": "select", "index": tab.index})
                 result = await control.call_result("browser_take_screenshot", {"type": THUMBNAIL_TYPE})

@@ -143,15 +143,15 @@ class Upkeep:
     def _worker_exited(self, worker: Worker, returncode: int) -> None:
         if worker.stopping:
             return
-        # Usually under the session's id; a worker taken from the warm pool keeps its own.
-        session = next((s for s in self.sessions.with_worker() if s.connection and s.connection.worker is worker), None)
-        if session is None:
-            return
-        log.warning(
-            "worker exited session=%s pid=%d code=%s stderr=%r",
-            worker.session_id, worker.pid, returncode, worker.stderr_tail()[-500:],
-        )  # fmt: skip
-        self.continuity.crashed(session)
+        # Usually under the session's id; a warm worker keeps its own, a host carries several.
+        sessions = [s for s in self.sessions.with_worker() if s.connection and s.connection.worker is worker]
+        if sessions:
+            log.warning(
+                "worker exited worker=%s sessions=%d pid=%d code=%s stderr=%r",
+                worker.session_id, len(sessions), worker.pid, returncode, worker.stderr_tail()[-500:],
+            )  # fmt: skip
+        for session in sessions:
+            self.continuity.crashed(session)
 
     async def _check_health(self) -> None:
         while True:
@@ -162,7 +162,7 @@ class Upkeep:
 
     async def _check_one(self, session: Session) -> None:
         connection = session.connection
-        if connection is None:
+        if connection is None or self.continuity.shares(connection.worker):  # a host is checked whole
             return
         healthy = await probe(connection.worker)
         if session.connection is not connection:
