@@ -35,6 +35,7 @@ class LiveView:
     sessions: list[dict[str, Any]]
     reserve_workers: int | None = None
     reserve_max: int | None = None
+    hosts: list[dict[str, Any]] | None = None  # workers sessions share (--sessions-per-browser > 1)
 
 
 def fetch_live_sessions_at(
@@ -63,8 +64,10 @@ def fetch_live_view_at(url: str, *, token: str | None = None, timeout: float = T
         return None
     reserve = body.get("reserve")
     workers, cap = (reserve.get("workers"), reserve.get("max")) if isinstance(reserve, dict) else (None, None)
+    hosts = body.get("hosts")
     return LiveView(
         [s for s in sessions if isinstance(s, dict)],
         workers if isinstance(workers, int) else None,
         cap if isinstance(cap, int) else None,
+        [h for h in hosts if isinstance(h, dict)] if isinstance(hosts, list) else None,
     )

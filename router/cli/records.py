@@ -113,7 +113,9 @@ def _sessions(args: argparse.Namespace) -> int:
         # A running router knows more than the file: live state, worker pid/port, memory, and the
         # warm workers it holds for resumes, which are no session's.
         print(tables.format_sessions_table(live.sessions[: args.limit]))
-        if live.reserve_workers is not None and live.reserve_max is not None:
+        if live.hosts is not None:
+            print(tables.format_hosts(live.hosts))
+        elif live.reserve_workers is not None and live.reserve_max is not None:
             print(tables.format_reserve(live.reserve_workers, live.reserve_max))
         return 0
     return _run(args, "sessions")

@@ -43,16 +43,28 @@ def format_sessions_table(rows: Sequence[Mapping[str, Any]], *, tz: tzinfo | Non
             str(r.get("client") or "-"),
         ]
         if live:
-            memory = r.get("memory_bytes")
+            memory, host = r.get("memory_bytes"), r.get("host")
             line += [
                 str(r.get("worker_pid") or "-"), str(r.get("worker_port") or "-"),
-                f"{memory / 2**20:.0f} MiB" if memory else "-",
+                f"host {host}" if host else f"{memory / 2**20:.0f} MiB" if memory else "-",
             ]
         body.append(line)
     headers = ["ID", "STATE", "CREATED", "LAST ACTIVITY", "CALLS", "ERRORS", "CLIENT"]
     if live:
         headers += ["PID", "PORT", "MEMORY"]
     return _table(headers, body, frozenset({4, 5}))
+
+
+def format_hosts(hosts: Sequence[Mapping[str, Any]]) -> str:
+    """The workers a running router's sessions share (--sessions-per-browser): sessions, memory."""
+    if not hosts:
+        return "shared browsers: none running"
+    body = [
+        [str(h.get("id")), str(h.get("pid") or "-"), str(h.get("sessions", 0)), str(h.get("capacity_left", "-")),
+         f"{h['pss_bytes'] / 2**20:.0f} MiB" if h.get("pss_bytes") else "-"]
+        for h in hosts
+    ]  # fmt: skip
+    return _table(["HOST", "PID", "SESSIONS", "PLACES LEFT", "MEMORY"], body, frozenset({2, 3, 4}))
 
 
 def format_reserve(workers: int, cap: int) -> str:

@@ -117,11 +117,14 @@ class Api:
         return self._records()
 
     async def _memory(self, sessions: list[Session]) -> dict[str, int]:
+        """PSS by worker id: each session's worker, a host once however many sessions it carries."""
         roots = {
-            s.id: s.connection.worker.pid
+            s.connection.worker.session_id: s.connection.worker.pid
             for s in sessions
             if s.connection is not None and s.connection.worker.alive()
         }
+        hosts = self.manager.hosts
+        roots |= {h.id: h.worker.pid for h in (hosts.all() if hosts is not None else [])}
         return await self.memory.sample(roots)
 
     def _row(self, record: dict[str, Any] | None, live: Session | None, memory: dict[str, int]) -> dict[str, Any]:
@@ -130,7 +133,7 @@ class Api:
         row: dict[str, Any] = {key: rec.get(key) for key in RECORDED_KEYS}
         row.update(
             live=False, worker_pid=None, worker_port=None, memory_bytes=None, in_flight=0, idle_seconds=None,
-            url=None, title=None,
+            url=None, title=None, host=None,
         )  # fmt: skip
         if live is None:
             return row
@@ -150,7 +153,11 @@ class Api:
             idle_seconds=round(live.idle_for(time.monotonic()), 1),
         )
         if worker is not None and worker.alive():
-            row.update(worker_pid=worker.pid, worker_port=worker.port, memory_bytes=memory.get(live.id))
+            row.update(worker_pid=worker.pid, worker_port=worker.port)
+            if self.manager.continuity.shares(worker):  # its memory is the host's, in "hosts"
+                row.update(host=worker.session_id)
+            else:
+                row.update(memory_bytes=memory.get(worker.session_id))
         return row
 
     # ---------------------------------------------------------------- reads
@@ -173,6 +180,9 @@ class Api:
             "node": self.manager.node_id,  # behind a balancer: whose sessions these are (--node-id)
             # Warm workers held for resumes: no session's, so in no row.
             "reserve": {"workers": now.reserve_workers, "max": now.resume_reserve},
+            # Workers several sessions share (--sessions-per-browser): a row's "host" is one of them.
+            "hosts": hosts.describe(memory) if (hosts := self.manager.hosts) is not None else None,
+            "sessions_per_browser": now.sessions_per_browser,
         })
 
     async def session(self, request: Request) -> Response:

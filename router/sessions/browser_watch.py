@@ -88,7 +88,9 @@ class BrowserWatches:
         watched = self._watched[session.id] = _Watched(connection, browser)  # a left worker's goes
         self.start_soon(partial(self._follow, session, watched))
         control = session.control
-        if control is not None and control.connection is connection and not control.shares_browser:
+        # Not the client's own session (a shared browser's context): it holds its browser itself.
+        own = control is not None and control.session_id == session.worker_session_id
+        if control is not None and control.connection is connection and not control.shares_browser and not own:
             self.start_soon(partial(self._share, session, control))
 
     def page_crashed(self, session: Session, connection: WorkerConnection) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -32,7 +32,6 @@ from router.sessions.control import ControlError, ControlSession
 from router.upstream.connection import WorkerConnection
 from workers._exceptions import WorkerError
 from workers.health import HEALTH_FAILURES, probe
-from workers.process_memory import tree_pss
 from workers.supervisor import Supervisor, Worker
 
 log = logging.getLogger("mcp_router.hosts")
@@ -96,11 +95,11 @@ class Hosts:
     def all(self) -> list[Host]:
         return list(self._hosts.values())
 
-    def describe(self) -> list[dict[str, Any]]:
-        """Each host with its sessions' count and its memory (reads /proc: call it in a thread)."""
-        hosts = self.all()
-        memory = tree_pss({h.id: h.worker.pid for h in hosts})
-        return [{**h.describe(memory.get(h.id)), "capacity_left": self.capacity - len(h.sessions)} for h in hosts]
+    def describe(self, memory: Mapping[str, int]) -> list[dict[str, Any]]:
+        """Each host with its sessions' count and its memory (``memory``: PSS by worker id)."""
+        return [
+            {**h.describe(memory.get(h.id)), "capacity_left": self.capacity - len(h.sessions)} for h in self.all()
+        ]
 
     # -- placing and leaving ---------------------------------------------------------------------
 

@@ -3,16 +3,25 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from router.sessions.resume_notice import NOTICE_PREFIX as RESUMED_NOTICE
 from router.sessions.table import State
+from router.types import H_CONVERSATION
 from tests.support import RawClient, RouterThread, wait_for, wait_saved
+from tests.support.auth import TEST_TOKEN, auth_headers
+from tests.support.client import initialize_body
+from tests.support.procs import renderers_of
 from tests.support.routers import playwright_router
+from workers.browser import find_browser
 from workers.orphans import processes_for
 
 HOST_CAPACITY = 3
@@ -91,7 +100,14 @@ def test_a_reaped_session_resumes_in_a_new_context_on_the_host(
     b.text("browser_navigate", url=f"{pages}/second")
     wait_saved(Path(shared_router.settings.state_dir), a, "r1", "/second")
     hosts_before = host_ids(shared_router)
+    host = shared_router.manager.sessions.get(a.session_id).connection.worker  # type: ignore[union-attr]
+    browser = find_browser(host.pid)
+    assert browser is not None
+    pages_before = len(renderers_of(browser))
     reap(shared_router, a)
+    # Its context closed with its MCP session (its page's renderer went); the host and b's live on.
+    wait_for(lambda: len(renderers_of(browser)) == pages_before - 1, timeout=10)
+    assert host.alive() and "/second" in b.text("browser_snapshot")
     started = time.monotonic()
     snapshot = a.text("browser_snapshot")
     resumed_s = time.monotonic() - started
@@ -99,3 +115,166 @@ def test_a_reaped_session_resumes_in_a_new_context_on_the_host(
     assert "cookie=r1 storage=r1" in a.text("browser_navigate", url=f"{pages}/get")
     assert host_ids(shared_router) == hosts_before  # no worker started for it
     assert resumed_s < 10, resumed_s
+
+
+def test_tabs_session_storage_and_console_stay_in_their_session(
+    shared_router: RouterThread, clients: list[RawClient], pages: str
+) -> None:
+    a, b = clients
+    a.text("browser_navigate", url=f"{pages}/second")
+    a.call("browser_tabs", action="new")
+    a.text("browser_navigate", url=f"{pages}/red")
+    a.text("browser_evaluate", function="() => { sessionStorage.setItem('s', 'a-secret'); console.log('a-said'); }")
+    b.text("browser_navigate", url=f"{pages}/red")
+    b_tabs = b.text("browser_tabs", action="list")
+    assert f"{pages}/second" not in b_tabs and b_tabs.count("\n- ") == 1, b_tabs  # A's two tabs are not B's
+    refused = b.call("browser_tabs", action="select", index=1)
+    assert refused["result"].get("isError") is True or "### Error" in str(refused)
+    assert "null" in b.text("browser_evaluate", function="() => sessionStorage.getItem('s')")
+    assert "a-said" not in b.text("browser_console_messages")
+    b.call("browser_tabs", action="close", index=0)
+    assert "/second" in a.text("browser_tabs", action="list")  # A's tabs untouched by B's close
+    assert "a-secret" in a.text("browser_evaluate", function="() => sessionStorage.getItem('s')")
+
+
+def test_browser_close_and_delete_end_only_their_own_context(
+    shared_router: RouterThread, clients: list[RawClient], pages: str
+) -> None:
+    a, b = clients
+    a.text("browser_navigate", url=f"{pages}/set?v=c1")
+    b.text("browser_navigate", url=f"{pages}/set?v=c2")
+    host = shared_router.manager.sessions.get(a.session_id).connection.worker  # type: ignore[union-attr]
+    b.call("browser_close")
+    assert "cookie=c1 storage=c1" in a.text("browser_navigate", url=f"{pages}/get")
+    assert b.delete().status_code == 200
+    assert "cookie=c1 storage=c1" in a.text("browser_navigate", url=f"{pages}/get")
+    assert host.alive() and shared_router.manager.sessions.get(a.session_id).connection.worker is host  # type: ignore[union-attr]
+
+
+def test_a_new_browser_is_a_fresh_context_on_a_host(
+    shared_router: RouterThread, clients: list[RawClient], pages: str
+) -> None:
+    a, b = clients
+    a.text("browser_navigate", url=f"{pages}/set?v=n1")
+    b.text("browser_navigate", url=f"{pages}/set?v=n2")
+    assert "browser" in a.text("create_new_session").lower()
+    assert "cookie=none storage=none" in a.text("browser_navigate", url=f"{pages}/get")
+    assert "cookie=n2 storage=n2" in b.text("browser_navigate", url=f"{pages}/get")
+
+
+def test_router_calls_on_a_clients_session_are_not_its_calls(
+    shared_router: RouterThread, clients: list[RawClient], pages: str
+) -> None:
+    """Saves and restores run on the client's own MCP session on the host: the record shows only
+    the client's calls."""
+    a, _ = clients
+    a.text("browser_navigate", url=f"{pages}/set?v=rec")
+    wait_saved(Path(shared_router.settings.state_dir), a, "rec")
+    reap(shared_router, a)
+    assert RESUMED_NOTICE in a.text("browser_snapshot")
+    db = Path(shared_router.settings.state_dir) / "router.db"
+
+    def tools() -> list[str]:
+        rows = sqlite3.connect(db).execute(
+            "SELECT tool FROM requests WHERE session_id = ? AND method = 'tools/call' ORDER BY ts", (a.session_id,)
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    wait_for(lambda: tools() == ["browser_navigate", "browser_snapshot"], timeout=10)
+
+
+def test_a_host_that_dies_brings_each_of_its_sessions_back(
+    shared_router: RouterThread, clients: list[RawClient], pages: str
+) -> None:
+    a, b = clients
+    a.text("browser_navigate", url=f"{pages}/set?v=k1")
+    b.text("browser_navigate", url=f"{pages}/set?v=k2")
+    a.text("browser_navigate", url=f"{pages}/second")
+    state = Path(shared_router.settings.state_dir)
+    wait_saved(state, a, "k1", "/second")
+    wait_saved(state, b, "k2")
+    host = shared_router.manager.sessions.get(a.session_id).connection.worker  # type: ignore[union-attr]
+    os.killpg(host.pgid, signal.SIGKILL)
+    wait_for(lambda: state_of(shared_router, a) is State.CRASHED and state_of(shared_router, b) is State.CRASHED,
+             timeout=15)  # fmt: skip
+    snapshot = a.text("browser_snapshot")
+    assert RESUMED_NOTICE in snapshot and f"- Page URL: {pages}/second" in snapshot
+    assert "cookie=k2 storage=k2" in b.text("browser_navigate", url=f"{pages}/get")
+    assert "cookie=k1 storage=k1" in a.text("browser_navigate", url=f"{pages}/get")
+
+
+def test_an_empty_host_ends_after_the_idle_timeout(shared_router: RouterThread, pages: str) -> None:
+    hosts = shared_router.manager.hosts
+    assert hosts is not None
+    with RawClient(shared_router.url) as c:
+        c.initialize()
+        c.text("browser_navigate", url=f"{pages}/second")
+        worker = shared_router.manager.sessions.get(c.session_id).connection.worker  # type: ignore[union-attr]
+        idle, hosts.idle_timeout = hosts.idle_timeout, 0.5
+        try:
+            assert c.delete().status_code == 200
+            wait_for(lambda: not worker.alive() and worker.session_id not in {h.id for h in hosts.all()}, timeout=15)
+        finally:
+            hosts.idle_timeout = idle
+    wait_for(lambda: not processes_for(Path(shared_router.settings.state_dir), worker.session_id), timeout=10)
+
+
+def test_a_conversation_gets_its_browser_back_in_the_shared_mode(shared_router: RouterThread, pages: str) -> None:
+    def opened(key: str) -> RawClient:
+        client = RawClient(shared_router.url)
+        response = client.post(initialize_body(), **{H_CONVERSATION: key})
+        assert response.status_code == 200, response.text
+        client.session_id = response.headers["mcp-session-id"]
+        assert client.post({"jsonrpc": "2.0", "method": "notifications/initialized"}).status_code == 202
+        return client
+
+    with opened("shared-conversation") as first:
+        first.text("browser_navigate", url=f"{pages}/set?v=conv")
+        first.text("browser_navigate", url=f"{pages}/second")
+        assert first.delete().status_code == 200
+    with opened("shared-conversation") as second:
+        snapshot = second.text("browser_snapshot")
+        assert "conversation resumed" in snapshot and f"- Page URL: {pages}/second" in snapshot
+        assert "cookie=conv storage=conv" in second.text("browser_navigate", url=f"{pages}/get")
+        second.delete()
+    with opened("another-conversation") as other:
+        assert "cookie=none storage=none" in other.text("browser_navigate", url=f"{pages}/get")
+        other.delete()
+
+
+def test_the_api_shows_which_host_carries_which_session(
+    shared_router: RouterThread, clients: list[RawClient], pages: str
+) -> None:
+    a, b = clients
+    a.text("browser_navigate", url=f"{pages}/second")
+    b.text("browser_navigate", url=f"{pages}/second")
+    body = httpx.get(f"{shared_router.base_url}/api/sessions", headers=auth_headers(TEST_TOKEN), timeout=10).json()
+    rows = {r["id"]: r for r in body["sessions"]}
+    host = rows[a.session_id]["host"]
+    assert host and rows[b.session_id]["host"] == host and rows[a.session_id]["memory_bytes"] is None
+    listed = {h["id"]: h for h in body["hosts"]}
+    assert listed[host]["sessions"] >= 2 and listed[host]["pss_bytes"] > 100 * 2**20
+    assert listed[host]["capacity_left"] == HOST_CAPACITY - listed[host]["sessions"]
+    assert body["sessions_per_browser"] == HOST_CAPACITY
+
+
+def test_at_the_live_cap_the_least_recent_session_sleeps_to_make_room(
+    tmp_path: Path, chromium: str, pages: str
+) -> None:
+    with (
+        playwright_router(tmp_path, chromium, idle_timeout=600, sessions_per_browser=2, max_live_workers=1) as router,
+        RawClient(router.url) as a, RawClient(router.url) as b, RawClient(router.url) as c,
+    ):  # fmt: skip
+        for client in (a, b, c):
+            client.initialize()
+        a.text("browser_navigate", url=f"{pages}/set?v=cap")
+        wait_saved(tmp_path, a, "cap")
+        b.text("browser_navigate", url=f"{pages}/second")
+        c.text("browser_navigate", url=f"{pages}/second")  # the host is full: a (least recent) sleeps
+        assert state_of(router, a) is State.HIBERNATED
+        hosts = router.manager.hosts
+        assert hosts is not None and len(hosts) == 1
+        assert "cookie=cap storage=cap" in a.text("browser_navigate", url=f"{pages}/get")  # b sleeps now
+        assert state_of(router, b) is State.HIBERNATED
+        for client in (a, b, c):
+            client.delete()

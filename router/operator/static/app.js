@@ -108,8 +108,8 @@ function sessionRow(s, data) {
     el("td", {}, s.last_activity ? duration(data.now - s.last_activity) + " ago" : "-"),
     el("td", { className: "num" }, s.calls == null ? "-" : s.calls),
     el("td", { className: "num" + (s.errors ? " has-errors" : "") }, s.errors == null ? "-" : s.errors),
-    el("td", {}, s.worker_pid ? "pid " + s.worker_pid + " :" + s.worker_port : "-"),
-    el("td", { className: "num" }, mib(s.memory_bytes)),
+    el("td", {}, workerText(s)),
+    el("td", { className: "num" }, s.host ? "(host)" : mib(s.memory_bytes)),
   );
   tr.dataset.sessionId = s.id;
   tr.dataset.state = s.state;
@@ -140,6 +140,21 @@ function renderReserve(reserve) {
   $("reserve").textContent = reserve ? reserveText(reserve) : "";
 }
 
+function workerText(s) {
+  if (!s.worker_pid) return "-";
+  return (s.host ? "host " + short(s.host) + " · " : "") + "pid " + s.worker_pid + " :" + s.worker_port;
+}
+
+// Workers several sessions share (--sessions-per-browser): each with its sessions and memory.
+function renderHosts(hosts, perBrowser) {
+  $("hosts").hidden = !hosts;
+  if (!hosts) return;
+  const each = hosts.map((h) => short(h.id) + ": " + h.sessions + " session" + (h.sessions === 1 ? "" : "s") +
+    ", " + mib(h.pss_bytes));
+  $("hosts").textContent = "shared browsers (" + perBrowser + " sessions each): " +
+    (each.length ? each.join(" · ") : "none running");
+}
+
 async function pollSessions() {
   try {
     if (state.cluster === null) {
@@ -148,6 +163,7 @@ async function pollSessions() {
     const data = await getJson(state.cluster ? "/api/cluster/sessions" : "/api/sessions");
     renderSessions(data);
     renderReserve(data.reserve);
+    renderHosts(data.hosts, data.sessions_per_browser);
     // Each node of a cluster keeps its own sessions: say which node this is, and who is silent.
     const node = data.node ? "node " + data.node + (state.cluster ? " (cluster view)" : "") + " · " : "";
     const missing = (data.missing || []).map((url) => " · " + url + " not answering").join("");
@@ -189,7 +205,7 @@ function renderSession(data) {
   $("session-state").textContent = s.state;
   $("session-state").className = "state state-" + s.state;
   const meta = [s.client || "unknown client", "created " + clock(s.created)];
-  if (s.worker_pid) meta.push("worker pid " + s.worker_pid + " port " + s.worker_port);
+  if (s.worker_pid) meta.push((s.host ? "on shared browser " + s.host + ", " : "") + "worker pid " + s.worker_pid + " port " + s.worker_port);
   if (s.memory_bytes != null) meta.push(mib(s.memory_bytes));
   if (s.last_resume) meta.push(eventText({ kind: "resumed", detail: s.last_resume }));
   $("session-meta").textContent = meta.join(" · ");
