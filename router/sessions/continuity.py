@@ -17,6 +17,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
@@ -28,12 +29,13 @@ from router.sessions.admission import Admission
 from router.sessions.bringup import BringUps
 from router.sessions.control import ControlError, ControlSession
 from router.sessions.conversations import ConversationStore
-from router.sessions.handshake import HandshakeCache
+from router.sessions.handshake import HandshakeCache, learn
 from router.sessions.hosts import Hosts
+from router.sessions.opened import record_opened
 from router.sessions.prepared_stream import HandOver, PreparedStream, hand_over, hold_for_streamless
 from router.sessions.restore import RestoreProgress, restore_browser
 from router.sessions.resume_notice import CONVERSATION_REASON, partial_notice, resumed_notice
-from router.sessions.state_save import SAVE_TIMEOUT, BrowserStateSaver
+from router.sessions.state_save import BrowserStateSaver
 from router.sessions.table import ENDED, RECORD_STATE, Session, State
 from router.upstream.connection import WorkerConnection
 from workers.supervisor import Supervisor, Worker
@@ -221,7 +223,8 @@ class Continuity:
                     tg.start_soon(bring_back_the_browser)
             if failures:
                 raise failures[0]
-            self._learn_handshake(session, replay, control)
+            version = (session.initialize_params or {}).get("protocolVersion")
+            self.start_soon(partial(learn, self.handshakes, version, replay.initialize_result, control))
             if session.state not in ENDED:
                 session.worker_has_roots = held is not None
                 if held is None:
@@ -312,15 +315,6 @@ class Continuity:
         session.worker_switched()  # the client's GET stream follows the new worker session
         log.info("worker session reopened session=%s", session.id)
         return True
-
-    def _learn_handshake(self, session: Session, replay: ControlSession, control: ControlSession) -> None:
-        version = (session.initialize_params or {}).get("protocolVersion")
-        if isinstance(version, str) and self.handshakes.wants(version):
-            self.start_soon(lambda: self._fill_cache(version, replay.initialize_result, control))
-
-    async def _fill_cache(self, version: str, initialize: dict[str, Any], control: ControlSession) -> None:
-        with contextlib.suppress(ControlError), anyio.move_on_after(SAVE_TIMEOUT):
-            self.handshakes.store(version, initialize, await control.list_tools())
 
     def _bind(
         self, session: Session, connection: WorkerConnection, worker_session_id: str, control: ControlSession
@@ -415,19 +409,3 @@ class Continuity:
             await self.supervisor.forget(worker.session_id)
         elif clear_output:
             statefiles.clear_output(worker.output_dir)
-
-
-def record_opened(
-    recorder: Recorder | None, session: Session, worker: Worker | None, *, browser_session: str | None = None
-) -> None:
-    """The record's row for a session that opened or got a worker (``worker`` None: not yet), or
-    for a new browser session of it (create_new_session), linked to it."""
-    if recorder is None:
-        return
-    recorder.session_opened(
-        browser_session or session.id, client_info=session.client_info, protocol_version=session.protocol_version,
-        port=worker.port if worker else None, pid=worker.pid if worker else None,
-        metadata={"browser_session_of": session.id} if browser_session else
-        {"initialize": session.initialize_params, "response_mode": session.response_mode},
-        parent_id=session.id if browser_session else None, conversation=session.conversation,
-    )  # fmt: skip

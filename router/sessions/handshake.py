@@ -17,6 +17,7 @@ for, never cached (the cache would grow by each client's string, its file rewrit
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -129,6 +130,20 @@ class HandshakeCache:
             write_json(self.path, data)
         except OSError as exc:  # the cache is an optimisation: memory still has the entry
             log.warning("handshake cache not written (%s): %s", self.path, exc)
+
+
+LEARN_TIMEOUT: Final = 5.0  # a wedged worker's tools/list is not worth waiting for
+
+
+async def learn(
+    cache: HandshakeCache, version: str | None, initialize: dict[str, Any], control: ControlSession
+) -> None:
+    """Fills the cache from a worker that just answered a client's ``initialize`` (``version``), if
+    it wants that version: the worker's own tool list, asked by the router's session there."""
+    if not isinstance(version, str) or not cache.wants(version):
+        return
+    with contextlib.suppress(ControlError), anyio.move_on_after(LEARN_TIMEOUT):
+        cache.store(version, initialize, await control.list_tools())
 
 
 def _marked_read_only(tool: Any) -> bool:

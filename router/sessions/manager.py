@@ -18,7 +18,6 @@ import asyncio
 import logging
 import secrets
 import time
-from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -34,15 +33,16 @@ from router.sessions import statefiles
 from router.sessions.admission import Admission, RateLimit
 from router.sessions.bringup import BringUps, default_bring_ups, memory_below_floor, room_for_another_warm_worker
 from router.sessions.browser_watch import BrowserWatches
-from router.sessions.continuity import Continuity, record_opened
+from router.sessions.continuity import Continuity
 from router.sessions.conversations import ConversationStore
 from router.sessions.handshake import HandshakeCache, probe
 from router.sessions.hosts import Hosts
 from router.sessions.nodes import check_owner
+from router.sessions.opened import record_opened
 from router.sessions.pool import KEEP_WARM_EVERY, WarmPool
 from router.sessions.renewal import renew_browser
 from router.sessions.serving import RequestServing
-from router.sessions.stats import ManagerStats
+from router.sessions.stats import ManagerStats, stats_of
 from router.sessions.table import DORMANT, ENDED, RECORD_STATE, Session, SessionTable, State, check_session_id
 from router.sessions.upkeep import Upkeep
 from router.types import HANDSHAKE_VERSIONS
@@ -297,25 +297,7 @@ class SessionManager:
         return session, result
 
     def stats(self) -> ManagerStats:
-        saver = self.continuity.state_saver
-        return ManagerStats(
-            sessions=len(self.sessions.live()),
-            by_state=dict(Counter(s.state.value for s in self.sessions)),
-            live_workers=self.supervisor.live_count,
-            slots=len(self.admission),
-            warm_workers=len(self.pool),
-            reserve_workers=self.pool.reserve_ready(),
-            session_workers=len(self.sessions.with_worker()),
-            warm_pokes=self.pool.pokes,
-            saves_written=saver.written,
-            saves_unchanged=saver.unchanged,
-            accepting=self.accepting_sessions(),
-            max_sessions=self.max_sessions,
-            max_live_workers=self.admission.max_live_workers,
-            resume_reserve=self.resume_reserve,
-            hosts=len(self.hosts) if self.hosts is not None else None,
-            sessions_per_browser=self.hosts.capacity if self.hosts is not None else 1,
-        )
+        return stats_of(self)
 
     def accepting_sessions(self) -> bool:
         """Whether an ``initialize`` would be taken now (else 503 + Retry-After, so a balancer

@@ -6,7 +6,8 @@ import logging
 import secrets
 
 from router.sessions import statefiles
-from router.sessions.continuity import Continuity, record_opened
+from router.sessions.continuity import Continuity
+from router.sessions.opened import record_opened
 from router.sessions.table import Session, State
 
 log = logging.getLogger("mcp_router.continuity")

@@ -3,7 +3,12 @@ never the parts themselves."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from router.sessions.manager import SessionManager
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,3 +29,26 @@ class ManagerStats:
     resume_reserve: int = 0  # the reserve's cap (--resume-reserve; 0: none)
     hosts: int | None = None  # workers several sessions share (--sessions-per-browser > 1); None: off
     sessions_per_browser: int = 1
+
+
+def stats_of(manager: SessionManager) -> ManagerStats:
+    """What the manager's parts hold now."""
+    saver = manager.continuity.state_saver
+    return ManagerStats(
+        sessions=len(manager.sessions.live()),
+        by_state=dict(Counter(s.state.value for s in manager.sessions)),
+        live_workers=manager.supervisor.live_count,
+        slots=len(manager.admission),
+        warm_workers=len(manager.pool),
+        reserve_workers=manager.pool.reserve_ready(),
+        session_workers=len(manager.sessions.with_worker()),
+        warm_pokes=manager.pool.pokes,
+        saves_written=saver.written,
+        saves_unchanged=saver.unchanged,
+        accepting=manager.accepting_sessions(),
+        max_sessions=manager.max_sessions,
+        max_live_workers=manager.admission.max_live_workers,
+        resume_reserve=manager.resume_reserve,
+        hosts=len(manager.hosts) if manager.hosts is not None else None,
+        sessions_per_browser=manager.hosts.capacity if manager.hosts is not None else 1,
+    )
