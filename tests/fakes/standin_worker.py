@@ -4,7 +4,8 @@ Run as ``python -S standin_worker.py PORT``: it starts in a few tens of millisec
 import, which costs about a second of CPU per spawn). What it shares with the real worker, as far
 as the router can tell:
 
-- one "browser" per process, shared by every MCP session on it (``--shared-browser-context``):
+- one "browser" per process, shared by every MCP session on it (``--shared-browser-context``),
+  or with ``--isolated`` one per MCP session (its context, as Playwright's ``--isolated`` gives):
   tabs with URLs, and a ``clicks`` cookie that ``browser_click`` raises. Its text answers have
   Playwright's ``### `` sections (``Page``, ``Open tabs``, ``Snapshot`` with ``[ref=eN]``);
 - ``browser_storage_state`` / ``browser_set_storage_state`` write and read that cookie as a
@@ -146,12 +147,21 @@ class McpSession:
     called: bool = False
     streams: int = 0  # GET streams this session has had
     pinging: asyncio.Task[None] | None = None
+    browser: Browser | None = None  # its own, with --isolated
 
 
 class Worker:
-    def __init__(self) -> None:
+    def __init__(self, *, isolated: bool = False) -> None:
         self.browser = Browser()
+        self.isolated = isolated
         self.sessions: dict[str, McpSession] = {}
+
+    def browser_of(self, session: McpSession) -> Browser:
+        if not self.isolated:
+            return self.browser
+        if session.browser is None:
+            session.browser = Browser()
+        return session.browser
 
     # -- the server-to-client requests, on the session's GET stream -----------------------------
 
@@ -253,7 +263,7 @@ class Worker:
         if tool == "browser_wait_for":
             await asyncio.sleep(float(args.get("time", 0)))
         try:
-            text = self.browser.run(tool, args)
+            text = self.browser_of(session).run(tool, args)
         except (ToolError, KeyError, ValueError, OSError) as exc:
             result: dict[str, Any] = {"content": [{"type": "text", "text": f"### Error\n{exc}"}], "isError": True}
         else:
@@ -371,12 +381,12 @@ async def serve(worker: Worker, reader: asyncio.StreamReader, writer: asyncio.St
             writer.close()
 
 
-async def main(port: int) -> None:
-    worker = Worker()
+async def main(port: int, *, isolated: bool) -> None:
+    worker = Worker(isolated=isolated)
     server = await asyncio.start_server(lambda r, w: serve(worker, r, w), "127.0.0.1", port)
     async with server:
         await server.serve_forever()
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1])))
+    asyncio.run(main(int(sys.argv[1]), isolated="--isolated" in sys.argv[2:]))
