@@ -243,6 +243,9 @@ def create_app(settings: Settings) -> Starlette:
             "reserve_max": now.resume_reserve,
             "session_workers": now.session_workers,
             "capacity": {"sessions": now.max_sessions, "workers": now.max_live_workers},
+            # Workers sessions share (--sessions-per-browser > 1); session_workers then counts sessions.
+            "hosts": now.hosts,
+            "sessions_per_browser": now.sessions_per_browser,
         }
         if failures:
             body["failures"] = failures

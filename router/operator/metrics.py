@@ -175,6 +175,12 @@ class _LiveCollector(Collector):
         yield _one(GaugeMetricFamily, "live_workers", "Worker processes alive now", now.live_workers)
         yield _one(GaugeMetricFamily, "warm_workers", "Warm workers ready in the pool", now.warm_workers)
         yield _one(
+            GaugeMetricFamily, "reserve_workers", "Warm workers held for sleeping sessions", now.reserve_workers
+        )  # fmt: skip
+        if now.hosts is not None:
+            yield _one(GaugeMetricFamily, "shared_workers", "Workers that sessions share (--sessions-per-browser)",
+                       now.hosts)  # fmt: skip
+        yield _one(
             CounterMetricFamily, "warm_pokes", "Calls that kept waiting warm workers warm (--keep-warm-interval)",
             now.warm_pokes,
         )  # fmt: skip

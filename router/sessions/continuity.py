@@ -213,8 +213,12 @@ class Continuity:
         # Until _bind the worker is the session's in no one's eyes but this call's: whatever ends
         # it early (a failure, a cancellation, the session ending meanwhile) must end the worker.
         try:
-            if shared:  # one session: the handshake first
+            if shared:  # one session: the handshake, then the restore's calls on it
                 await replay_handshake()
+                if not failures and session.browser_used and held is None:
+                    held = await hold_for_streamless(
+                        session, replay, waited=True, start_soon=self.start_soon, for_router_calls=True
+                    )
                 if not failures:
                     await bring_back_the_browser()
             else:

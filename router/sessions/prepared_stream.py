@@ -156,7 +156,7 @@ async def wait_for_stream(session: Session) -> bool:
 
 async def hold_for_streamless(
     session: Session, replay: ControlSession, *, waited: bool,
-    start_soon: Callable[[Callable[[], Awaitable[Any]]], None],
+    start_soon: Callable[[Callable[[], Awaitable[Any]]], None], for_router_calls: bool = False,
 ) -> PreparedStream | None:
     """The worker's GET stream, held by the router for a client that declares ``roots`` but has
     no GET stream of its own (after ``STREAM_GRACE``, unless ``waited`` already). The worker asks
@@ -165,8 +165,12 @@ async def hold_for_streamless(
     with the client's roots when the router has them (the client answered them earlier in the
     session: a resume while its stream is away), else with none (where the worker ends up
     anyway, a minute later: its own cwd), and its pings are answered, until a GET stream of the
-    client's takes the stream over."""
-    if not declares_roots(session.initialize_params) or session.stream.held:
+    client's takes the stream over.
+
+    ``for_router_calls``: held whether the client has a stream or not, as the router is about to
+    make the session's first calls itself (a restore through the client's own session on a
+    shared worker, hosts.py): the client's stream relays the session only once it is bound."""
+    if not declares_roots(session.initialize_params) or (session.stream.held and not for_router_calls):
         return None
     if not waited and await wait_for_stream(session):
         return None

@@ -10,11 +10,13 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from router.sessions.resume_notice import NOTICE_PREFIX as RESUMED_NOTICE
 from router.sessions.table import State
 from tests.support import STANDIN_WORKER_COMMAND, RawClient, RouterThread, router_settings, wait_for
+from tests.support.auth import auth_headers
 from workers.orphans import processes_for
 from workers.supervisor import Worker
 
@@ -82,6 +84,9 @@ def test_sessions_fill_a_host_before_another_starts_and_keep_their_own_browser(r
     hosts = router.manager.hosts
     assert hosts is not None and len(hosts) == 2
     assert [clicks(x.text("browser_snapshot")) for x in (a, b, c)] == [1, 2, 3]
+    health = httpx.get(f"{router.base_url}/healthz", headers=auth_headers(), timeout=10).json()
+    assert (health["hosts"], health["sessions_per_browser"], health["workers"]) == (2, 2, 2)
+    assert b"mcp_router_shared_workers 2.0" in router.app.state.metrics.render()
     # a's place goes back at its DELETE: the next session joins b's host, not a new one.
     host = worker_of(router, b)
     assert a.delete().status_code == 200

@@ -91,7 +91,9 @@ class RouterProcess:
 
     def start(self) -> None:
         seed_token(self.state)
-        env = {**os.environ, **WORKER_ENV, **self.env, "MCP_ROUTER_WORKER_COMMAND": json.dumps(STANDIN_WORKER_COMMAND)}
+        # The stand-in run --isolated when sessions share workers: a browser per MCP session.
+        command = [*STANDIN_WORKER_COMMAND, *(["--isolated"] if "--sessions-per-browser" in self.args else [])]
+        env = {**os.environ, **WORKER_ENV, **self.env, "MCP_ROUTER_WORKER_COMMAND": json.dumps(command)}
         argv = [sys.executable, "-m", "router.cli", "serve", "--port", str(self.port), "--state-dir", str(self.state)]
         with self.log.open("ab") as sink:
             self.proc = subprocess.Popen([*argv, *self.args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=sink)
@@ -142,6 +144,12 @@ class RouterProcess:
         assert answer.status_code == 200, answer.text
         body: dict[str, Any] = answer.json()
         return body
+
+    def idle_hosts(self) -> int:
+        """Shared workers that carry no session now (ended after the idle timeout)."""
+        answer = self.http.get(f"{self.base}/api/sessions")
+        assert answer.status_code == 200, answer.text
+        return sum(1 for h in answer.json().get("hosts") or [] if not h["sessions"])
 
     def api_sessions(self) -> dict[str, dict[str, Any]]:
         answer = self.http.get(f"{self.base}/api/sessions")

@@ -101,13 +101,16 @@ class Config:
     max_live_workers: int
     max_sessions: int
     resume_reserve: int
+    sessions_per_browser: int = 1  # more: sessions share workers, each its own context
 
     def args(self) -> list[str]:
+        shared = ["--sessions-per-browser", str(self.sessions_per_browser)] if self.sessions_per_browser > 1 else []
         return [
             "--idle-timeout", str(IDLE_TIMEOUT),
             "--max-live-workers", str(self.max_live_workers),
             "--max-sessions", str(self.max_sessions),
             "--resume-reserve", str(self.resume_reserve),
+            *shared,
         ]  # fmt: skip
 
 
@@ -143,12 +146,14 @@ class LifecycleModel(RuleBasedStateMachine):
         max_sessions=st.sampled_from([3, 100]),
         resume_reserve=st.sampled_from([0, 1]),
         opening=st.lists(st.booleans(), max_size=2),
+        sessions_per_browser=st.sampled_from([1, 1, 2]),
     )
     def start(
-        self, max_live_workers: int, max_sessions: int, resume_reserve: int, opening: list[bool] | None = None
+        self, max_live_workers: int, max_sessions: int, resume_reserve: int, opening: list[bool] | None = None,
+        sessions_per_browser: int = 1,
     ) -> None:
         """The router, and the sessions ``opening`` says (Claude Code's or not) opened at once."""
-        self.config = Config(max_live_workers, max_sessions, resume_reserve)
+        self.config = Config(max_live_workers, max_sessions, resume_reserve, sessions_per_browser)
         self.router = RouterProcess(self.state, spare_port(), self.config.args(), ROUTER_ENV)
         self.router.start()
         self.fresh = CHECKS
@@ -436,11 +441,7 @@ class LifecycleModel(RuleBasedStateMachine):
                 answer = pending.result()
                 self._observe(c, answer)
                 return
-            self._note_saved(c)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(os.getpgid(pid), signal.SIGKILL)
-            c.crashes += 1
-            c.fell_back()
+            self._kill(pid)
             answer = pending.result()
         self.used(c)
         if answer.status == 200:
@@ -566,11 +567,21 @@ class LifecycleModel(RuleBasedStateMachine):
         if not pid:
             return
         self.steps.append(f"kill worker {c.label}")
-        self._note_saved(c)
+        self._kill(pid)
+
+    def _kill(self, pid: int) -> None:
+        """SIGKILL of a worker's process group: every session it carries crashes (one, or all of
+        a shared worker's)."""
+        assert self.router is not None
+        rows = self.router.api_sessions()
+        hit = [c for c in self.conversations if not c.ended and rows.get(c.session_id, {}).get("worker_pid") == pid]
+        for c in hit:
+            self._note_saved(c)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(os.getpgid(pid), signal.SIGKILL)
-        c.crashes += 1
-        c.fell_back()
+        for c in hit:
+            c.crashes += 1
+            c.fell_back()
 
     @precondition(lambda self: self.open_sessions())
     @rule(kill=st.booleans())
@@ -651,7 +662,7 @@ class LifecycleModel(RuleBasedStateMachine):
             ok = (
                 health["status"] == "ok"
                 and live <= pids
-                and len(pids) == len(live) + health["warm_workers"]
+                and len(pids) == len(live) + health["warm_workers"] + router.idle_hosts()
                 and health["workers"] == len(pids)
                 and health.get("slots", len(pids)) == len(pids)
                 and len(pids) <= config.max_live_workers
