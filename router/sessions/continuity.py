@@ -34,7 +34,7 @@ from router.sessions.hosts import Hosts
 from router.sessions.opened import record_opened
 from router.sessions.prepared_stream import HandOver, PreparedStream, hand_over, hold_for_streamless
 from router.sessions.restore import RestoreProgress, restore_browser
-from router.sessions.resume_notice import CONVERSATION_REASON, partial_notice, resumed_notice
+from router.sessions.resume_notice import CONVERSATION_REASON, LOST_SESSION_REASON, partial_notice, resumed_notice
 from router.sessions.state_save import BrowserStateSaver
 from router.sessions.table import ENDED, RECORD_STATE, Session, State
 from router.upstream.connection import WorkerConnection
@@ -307,13 +307,24 @@ class Continuity:
         except ControlError as exc:
             log.warning("worker session lost and not reopened session=%s: %s", session.id, exc)
             return False
-        if self.shares(connection.worker):  # the new session is the client's context now
-            session.control = replay
         session.roots.worker_opened()
         session.asked.clear()
         session.worker_has_roots = False
         self._drop_held(session)  # the old worker session's
-        held = await hold_for_streamless(session, replay, waited=True, start_soon=self.start_soon)
+        # On a shared worker the lost session took its context along: the new one, empty, is
+        # the client's context now, and gets the last save back before any call of the client's.
+        restore = self.shares(connection.worker) and session.browser_used
+        held = await hold_for_streamless(
+            session, replay, waited=True, start_soon=self.start_soon, for_router_calls=restore
+        )
+        if self.shares(connection.worker):
+            session.control = replay
+        if restore:
+            with anyio.move_on_after(RESTORE_BUDGET), contextlib.suppress(ControlError):
+                if await restore_browser(
+                    self.layout.session_dir(session.id), replay, connection.worker.output_dir, fresh_profile=True
+                ):
+                    session.resumed_notice = resumed_notice(LOST_SESSION_REASON)
         if held is not None:
             session.adopted_stream = (connection, held)
         session.worker_switched()  # the client's GET stream follows the new worker session

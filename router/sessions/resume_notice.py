@@ -27,9 +27,11 @@ REASON_TEXT: Final = {
     "router-restart": "a restart of the router",
     "new-browser": "create_new_session",
     "conversation": "the conversation resumed",
+    "session-lost": "the shared browser closed its context (the worker had ended its MCP session)",
 }
 # A new session that continues a conversation (router/sessions/conversations.py).
 CONVERSATION_REASON: Final = "conversation"
+LOST_SESSION_REASON: Final = "session-lost"
 
 
 NOTICE_PREFIX: Final = "[mcp-router] This conversation's browser was restored"

@@ -15,6 +15,7 @@ import pytest
 
 from router.sessions.resume_notice import NOTICE_PREFIX as RESUMED_NOTICE
 from router.sessions.table import State
+from tests.integration.router.test_worker_session_reopen import forget_worker_session
 from tests.support import STANDIN_WORKER_COMMAND, RawClient, RouterThread, router_settings, wait_for
 from tests.support.auth import auth_headers
 from workers.orphans import processes_for
@@ -193,3 +194,18 @@ def test_a_restart_saves_every_hosted_session_and_leaves_nothing_running(tmp_pat
         assert worker_of(router, a) is worker_of(router, b)
         done(a, b)
     wait_for(lambda: not processes_for(tmp_path), timeout=10)
+
+
+def test_a_session_the_host_forgot_gets_its_last_save_back_in_a_new_context(router: RouterThread) -> None:
+    a, b = opened(router, 2)
+    browse(a, 4)
+    browse(b, 1)
+    session = router.manager.sessions.get(a.session_id)
+    assert session is not None
+    wait_for(lambda: session.state_digest is not None, timeout=10)
+    forgotten = forget_worker_session(session)  # a missed ping on the real worker: its context goes
+    answer = a.text("browser_snapshot")
+    assert session.worker_session_id != forgotten
+    assert clicks(answer) == 4 and RESUMED_NOTICE in answer
+    assert clicks(b.text("browser_snapshot")) == 1
+    done(a, b)
