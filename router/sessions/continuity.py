@@ -34,7 +34,7 @@ from router.sessions.hosts import Hosts
 from router.sessions.opened import record_opened
 from router.sessions.prepared_stream import HandOver, PreparedStream, hand_over, hold_for_streamless
 from router.sessions.restore import RestoreProgress, restore_browser
-from router.sessions.resume_notice import CONVERSATION_REASON, LOST_SESSION_REASON, partial_notice, resumed_notice
+from router.sessions.resume_notice import CONVERSATION_REASON, partial_notice, resumed_notice
 from router.sessions.state_save import BrowserStateSaver
 from router.sessions.table import ENDED, RECORD_STATE, Session, State
 from router.upstream.connection import WorkerConnection
@@ -249,7 +249,7 @@ class Continuity:
             await self._let_go(session, worker, connection, held, replay.session_id)
             return replay.initialize_result
         if held is not None:  # taken by the client's stream, which _bind wakes
-            self._drop_held(session)
+            self.drop_held(session)
             session.adopted_stream = (connection, held)
         self._bind(session, connection, worker_session_id, control)
         session.inherits_browser = False
@@ -293,43 +293,11 @@ class Continuity:
             await self.end_worker(session, worker)
         self.release_slot(worker)
 
-    def _drop_held(self, session: Session) -> None:
+    def drop_held(self, session: Session) -> None:
         """Closes a held stream of the session's worker nobody will relay any more."""
         stale = session.drop_adopted_stream()
         if stale is not None:
             self.start_soon(stale.close)
-
-    async def reopen(self, session: Session, connection: WorkerConnection) -> bool:
-        """A new worker session for the client's handshake on the same, living worker."""
-        replay = ControlSession(connection)
-        try:
-            session.worker_session_id = await replay.open(session.initialize_params or None)
-        except ControlError as exc:
-            log.warning("worker session lost and not reopened session=%s: %s", session.id, exc)
-            return False
-        session.roots.worker_opened()
-        session.asked.clear()
-        session.worker_has_roots = False
-        self._drop_held(session)  # the old worker session's
-        # On a shared worker the lost session took its context along: the new one, empty, is
-        # the client's context now, and gets the last save back before any call of the client's.
-        restore = self.shares(connection.worker) and session.browser_used
-        held = await hold_for_streamless(
-            session, replay, waited=True, start_soon=self.start_soon, for_router_calls=restore
-        )
-        if self.shares(connection.worker):
-            session.control = replay
-        if restore:
-            with anyio.move_on_after(RESTORE_BUDGET), contextlib.suppress(ControlError):
-                if await restore_browser(
-                    self.layout.session_dir(session.id), replay, connection.worker.output_dir, fresh_profile=True
-                ):
-                    session.resumed_notice = resumed_notice(LOST_SESSION_REASON)
-        if held is not None:
-            session.adopted_stream = (connection, held)
-        session.worker_switched()  # the client's GET stream follows the new worker session
-        log.info("worker session reopened session=%s", session.id)
-        return True
 
     def _bind(
         self, session: Session, connection: WorkerConnection, worker_session_id: str, control: ControlSession
@@ -356,7 +324,7 @@ class Continuity:
         session.worker_session_id = None
         session.control = None
         session.asked.clear()
-        self._drop_held(session)
+        self.drop_held(session)
         session.state = state
         self.admission.release(session.id)
         self.record_state(session)

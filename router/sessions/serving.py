@@ -24,6 +24,7 @@ from router.sessions.pool import WarmPool
 from router.sessions.resume_notice import RESUME_REASONS
 from router.sessions.table import ENDED, Session, State
 from router.sessions.upkeep import Upkeep
+from router.sessions.worker_session import reopen
 from router.upstream.connection import WorkerConnection
 
 if TYPE_CHECKING:
@@ -193,7 +194,7 @@ class RequestServing:
         async with session.lock:
             if session.connection is not connection:
                 return session.connection is not None
-            if session.worker_session_id == lost and not await self.continuity.reopen(session, connection):
+            if session.worker_session_id == lost and not await reopen(self.continuity, session, connection):
                 return False
         if session.stream.held:
             with anyio.move_on_after(RELAY_WAIT):
