@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -278,3 +279,28 @@ def test_at_the_live_cap_the_least_recent_session_sleeps_to_make_room(
         assert state_of(router, b) is State.HIBERNATED
         for client in (a, b, c):
             client.delete()
+
+
+def test_one_pages_crash_touches_only_its_own_session(
+    shared_router: RouterThread, clients: list[RawClient], pages: str
+) -> None:
+    a, b = clients
+    b.text("browser_navigate", url=f"{pages}/set?v=calm")
+    host = shared_router.manager.sessions.get(b.session_id).connection.worker  # type: ignore[union-attr]
+    browser = find_browser(host.pid)
+    assert browser is not None
+    others = set(renderers_of(browser))
+    a.text("browser_navigate", url=f"{pages}/set?v=boom")
+    a.text("browser_navigate", url=f"{pages}/second")
+    wait_saved(Path(shared_router.settings.state_dir), a, "boom", "/second")
+    a_pages = set(renderers_of(browser)) - others  # a's page (and any spare Chromium keeps)
+    assert a_pages
+    for pid in a_pages:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    met = a.text("browser_snapshot")
+    assert f"- Page URL: {pages}/second" in met and "crashed" in met, met
+    assert "cookie=boom storage=boom" in a.text("browser_navigate", url=f"{pages}/get")
+    calm = b.text("browser_navigate", url=f"{pages}/get")
+    assert "cookie=calm storage=calm" in calm and RESUMED_NOTICE not in calm
+    assert find_browser(host.pid) == browser  # one browser throughout: only a's context was redone
