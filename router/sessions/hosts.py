@@ -73,6 +73,8 @@ class Hosts:
         self.idle_timeout = idle_timeout
         self.health_interval = health_interval
         self.evict: Evict | None = None  # set by the manager: hibernate the least recent session
+        # Whether the last host up stays up empty (the resume reserve: a browsed session sleeps).
+        self.keep_last: Callable[[], bool] = lambda: False
         self._hosts: dict[str, Host] = {}
         self._placing = anyio.Lock()  # one placement at a time: two must not both start a host
 
@@ -201,6 +203,8 @@ class Hosts:
     async def _end_empty(self, host: Host) -> None:
         async with self._placing:  # not while a placement may be choosing it
             if host.sessions or self._hosts.get(host.id) is not host:
+                return
+            if len(self._hosts) == 1 and self.keep_last():
                 return
             log.info("ending host id=%s (no session for %.0f s)", host.id, self.idle_timeout)
             await self._end(host)

@@ -108,14 +108,15 @@ class SessionManager:
         self.stopping = anyio.Event()  # set when the router begins shutting down
         self._loop: asyncio.AbstractEventLoop | None = None
         self.admission = Admission(supervisor, max_live_workers=max_live_workers, metrics=metrics)
-        # Sessions sharing workers: a host that is up is every sleeping session's reserve.
+        # Sessions sharing workers: the reserve keeps the last host up, empty, while one sleeps.
         self.hosts = None if sessions_per_browser <= 1 else Hosts(
             admission=self.admission, supervisor=supervisor, capacity=sessions_per_browser,
             idle_timeout=idle_timeout, health_interval=health_interval,
         )  # fmt: skip
         if self.hosts is not None:
-            warm_workers = resume_reserve = 0
+            warm_workers = 0
             self.hosts.evict = self._hibernate_least_recent
+            self.hosts.keep_last = lambda: self._reserve_demand() > 0 and not memory_below_floor()
         self.conversations = ConversationStore(layout, retention)
         self.initialize_rate = RateLimit(INITIALIZE_RATE, INITIALIZE_BURST)
         self.bring_ups = BringUps(bring_ups or default_bring_ups())
@@ -138,7 +139,7 @@ class SessionManager:
             supervisor=supervisor,
             size=warm_workers,
             start_soon=self._start_soon,
-            extra_demand=self._reserve_demand,
+            extra_demand=self._reserve_demand if self.hosts is None else lambda: 0,
             bring_ups=self.bring_ups,
             spare_memory=room_for_another_warm_worker,
             memory_short=memory_below_floor,
@@ -177,7 +178,7 @@ class SessionManager:
     def _owns_directory(self, worker_id: str) -> bool:
         """A worker directory with no session file that is not litter: a warm worker's, the probe's, a host's."""
         hosted = self.hosts is not None and self.hosts.owns(worker_id)
-        return self.pool.owns(worker_id) or worker_id == self._probe_id or hosted
+        return hosted or self.pool.owns(worker_id) or worker_id == self._probe_id
 
     def _start_soon(self, job: Callable[[], Awaitable[Any]]) -> None:
         self.upkeep.start_soon(job)
@@ -190,7 +191,7 @@ class SessionManager:
         self.stopping = anyio.Event()
         self._probed = anyio.Event()
         async with self.upkeep.run():
-            if self.pool.size or self.resume_reserve:
+            if self.pool.size or (self.resume_reserve and self.hosts is None):
                 self._start_soon(self.pool.refill)
             if self.hosts is not None:
                 self._start_soon(self.hosts.run)

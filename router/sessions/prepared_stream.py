@@ -39,6 +39,9 @@ HAND_OVER_WAIT: Final = 1.0
 # How long a client's GET stream may lag behind its first call (Claude Code opens it right after
 # notifications/initialized, before tools/list).
 STREAM_GRACE: Final = 0.5
+# How long the router waits for a client's answer to its roots/list before making a session's
+# first calls itself: no longer than the worker would wait for a GET stream to ask on.
+ROOTS_ANSWER_WAIT: Final = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +177,11 @@ async def hold_for_streamless(
         return None
     if not waited and await wait_for_stream(session):
         return None
-    held = PreparedStream(replay, session.roots.known_or_empty())
+    roots = session.roots.known
+    if roots is None and for_router_calls and session.stream.held:  # asked on that stream: answered soon
+        with anyio.move_on_after(ROOTS_ANSWER_WAIT):
+            roots = await session.roots.answered()
+    held = PreparedStream(replay, roots if roots is not None else session.roots.known_or_empty())
     try:
         await held.open()
     except ControlError as exc:

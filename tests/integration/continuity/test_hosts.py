@@ -209,3 +209,23 @@ def test_a_session_the_host_forgot_gets_its_last_save_back_in_a_new_context(rout
     assert clicks(answer) == 4 and RESUMED_NOTICE in answer
     assert clicks(b.text("browser_snapshot")) == 1
     done(a, b)
+
+
+def test_the_resume_reserve_keeps_the_last_host_up_while_a_browsed_session_sleeps(tmp_path: Path) -> None:
+    with shared_router(tmp_path, resume_reserve=1) as router:
+        (a,) = opened(router, 1)
+        browse(a, 2)
+        host = worker_of(router, a)
+        hosts = router.manager.hosts
+        assert hosts is not None
+        hosts.idle_timeout = 0.3
+        router.manager.upkeep.idle_timeout = 0.3
+        wait_for(lambda: state_of(router, a) is State.REAPED, timeout=10)
+        with pytest.raises(AssertionError):  # kept: the reaped session is the reserve's demand
+            wait_for(lambda: not host.alive(), timeout=1.5)
+        router.manager.upkeep.idle_timeout = 600
+        answer = a.text("browser_snapshot")
+        assert clicks(answer) == 2 and worker_of(router, a) is host  # no spawn for the resume
+        done(a)  # DELETE: no sleeping session wants it now
+        wait_for(lambda: not host.alive() and len(hosts) == 0, timeout=10)
+    wait_for(lambda: not processes_for(tmp_path), timeout=10)

@@ -109,3 +109,23 @@ def test_a_session_that_browsed_is_not_ended_to_make_room_after_a_kill(model: Li
         lambda m: m.pause(EVICTABLE_AFTER + 0.5),
         lambda m: m.open_session(claude_code=False),
     )
+
+
+def test_a_claude_code_session_resumed_on_a_shared_worker_keeps_its_roots(model: LifecycleModel) -> None:
+    """Its stream taken over twice, its host killed: the resume restores through the session's
+    own MCP session on the new host, whose roots/list the router answers while it holds the
+    stream. It answered none (its roots not known yet, asked again on the new stream) and the
+    worker session worked in no roots for the rest of its life."""
+    replay(
+        model,
+        lambda m: m.start(max_live_workers=1, max_sessions=3, resume_reserve=0, sessions_per_browser=2),
+        lambda m: m.bad_request(index=2, kind="forged"),
+        lambda m: m.open_session(claude_code=True),
+        lambda m: m.calls_at_once(index=0, tools=["browser_navigate", "browser_snapshot"]),
+        lambda m: m.take_over_stream(index=2),
+        lambda m: m.calls_at_once(index=3, tools=["browser_click", "browser_navigate", "browser_click"]),
+        lambda m: m.take_over_during_call(index=1),
+        lambda m: m.kill_worker(index=3),
+        lambda m: m.delete(index=1),
+        lambda m: m.calls_at_once(index=2, tools=["browser_snapshot", "browser_click", "browser_navigate"]),
+    )
