@@ -24,14 +24,17 @@ from pathlib import Path
 from typing import Final
 
 import httpx
+from pydantic import ValidationError
 
 from router.api_client import base_url
+from router.cli.capacity import Capacity
 from router.cli.service_unit import UNIT_NAME
 from router.http.auth import WeakToken, read_token, token_path
 from router.layout import StateLayout
 from router.record import schema
 from router.settings import Settings
 from router.state_lock import lock_status
+from workers.memory import host_memory
 from workers.spec import default_cli_path, sandbox_possible
 
 NODE_MIN: Final = 18
@@ -126,6 +129,24 @@ def check_sandbox() -> Check:
         return Check(True, "Chromium's sandbox is on (the router does not run as root)")
     return Check(True, "Chromium's sandbox is off: the router runs as root, where Chromium cannot have it",
                  "run the router as an ordinary user to turn it on", warning=True)
+
+
+def check_memory(capacity: Capacity) -> Check:
+    """How many sessions the memory available holds, a browser each and sharing browsers, and
+    how many the settings let live: a hint for sizing, never a fault."""
+    per_browser, workers = capacity.per_browser, capacity.max_live_workers
+    shape = ", a browser each" if per_browser <= 1 else f" × --sessions-per-browser {per_browser}"
+    as_set = f"as set, at most {capacity.cap} live (--max-live-workers {workers}{shape})"
+    if capacity.available is None:
+        return Check(True, f"memory available cannot be read; {as_set}",
+                     "only --max-live-workers limits the live browsers", warning=True)
+    room = (f"memory: {capacity.available / 2**30:.1f} GiB available holds ~{capacity.a_browser_each} more "
+            f"sessions with a browser each, ~{capacity.sharing} sharing {capacity.compared_per_browser} to a browser")
+    if capacity.over_memory:
+        return Check(True, f"{room}; {as_set}: more than fit",
+                     f"--max-live-workers {capacity.workers_that_fit} stays within it (past the cap the router "
+                     "hibernates the least recent idle session; past memory the OOM killer picks)", warning=True)
+    return Check(True, f"{room}; {as_set}", "figures for light pages; busy ones take more (docs/operations.md)")
 
 
 def check_private_state(state_dir: Path) -> Check:
@@ -250,6 +271,9 @@ def run_checks(settings: Settings, *, progress: Callable[[Check], None] | None =
         check_worker_package,
         lambda: check_browser(settings),
         check_sandbox,
+        lambda: check_memory(
+            Capacity(host_memory().available(), settings.sessions_per_browser, settings.max_live_workers)
+        ),
         lambda: check_state_dir(state_dir),
         lambda: check_private_state(state_dir),
         lambda: check_token(state_dir, settings.auth),
@@ -272,18 +296,29 @@ def run_checks(settings: Settings, *, progress: Callable[[Check], None] | None =
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
-        "doctor", help="check node, the worker package, the browser and its sandbox, state dir, token, database, port"
+        "doctor", help="check node, the worker package, the browser and its sandbox, memory, state dir, token, "
+        "database, port"
     )
     p.add_argument("--host")
     p.add_argument("--port", type=int)
     p.add_argument("--state-dir")
     p.add_argument("--browser", help="path of the Chromium binary")
+    p.add_argument("--max-live-workers", type=int, help="the memory line's cap, as `serve` takes it")
+    p.add_argument("--sessions-per-browser", type=int, help="the memory line's sessions per browser, as `serve`")
     p.set_defaults(func=_doctor)
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    overrides = {k: getattr(args, k) for k in ("host", "port", "state_dir", "browser") if getattr(args, k) is not None}
-    settings = Settings(**overrides)
+    names = ("host", "port", "state_dir", "browser", "max_live_workers", "sessions_per_browser")
+    overrides = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:  # a setting serve would refuse too: a finding, not a traceback
+        for error in exc.errors():
+            name = str(error["loc"][0]) if error["loc"] else "settings"
+            fix = f"correct MCP_ROUTER_{name.upper()} or its flag"
+            print(Check(False, f"setting {name}: {error['msg']}", fix).line())
+        return 1
     results = run_checks(settings, progress=lambda c: print(c.line(), flush=True))
     failed = sum(not c.ok for c in results)
     print(f"{failed} problem(s) found" if failed else "all checks passed")

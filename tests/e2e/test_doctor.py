@@ -29,10 +29,11 @@ def test_healthy_machine_passes(
     load_or_create_token(state)
     status, lines = run_doctor(capsys, "--state-dir", str(state), "--port", str(spare_port()))
     assert status == 0, lines
-    assert len(lines) == 12 and lines[-1] == "all checks passed"
+    assert len(lines) == 13 and lines[-1] == "all checks passed"
     assert all(line.startswith(("✓", "!")) for line in lines[:-1]), lines
     text = "\n".join(lines)
     for expected in ("node v", "@playwright/mcp 0.0.83 installed", "launches headless", "is writable",
                      f"schema v{schema.SCHEMA_VERSION}", "is free", "systemd user unit installed",
-                     "sandbox", f"state dir {state} is private (700)", "is private (600)"):
+                     "sandbox", f"state dir {state} is private (700)", "is private (600)",
+                     "more sessions with a browser each"):
         assert expected in text
