@@ -17,7 +17,7 @@ from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
 from router.cli.tables import format_reserve
 from router.types import H_CONVERSATION
 from tests.integration.router.test_warm_pool import router_loop_call
-from tests.support import RawClient, RouterThread, find_ref, router_settings, wait_for
+from tests.support import RawClient, RouterThread, find_ref, playwright_router, router_settings, wait_for
 from tests.support.client import initialize_body
 from workers.orphans import processes_for
 
@@ -298,3 +298,34 @@ def test_a_conversations_sessions_are_listed_together(pw_router: RouterThread, p
         for client in clients:
             client.delete()
             client.close()
+
+
+def test_shared_browsers_show_their_sessions_and_memory_and_a_sessions_picture(
+    tmp_path: Path, chromium: str, pages: str, page: Page
+) -> None:
+    with (
+        playwright_router(tmp_path, chromium, idle_timeout=600, sessions_per_browser=3) as router,
+        RawClient(router.url) as a, RawClient(router.url) as b,
+    ):  # fmt: skip
+        for client, path in ((a, "/red"), (b, "/second")):
+            client.initialize()
+            client.text("browser_navigate", url=f"{pages}{path}")
+        hosts = router.manager.hosts
+        assert hosts is not None
+        (host,) = hosts.all()
+        sign_in(page, router)
+        row = page.locator(f'tr[data-session-id="{a.session_id}"]')
+        expect(row).to_contain_text("host ")
+        expect(row).to_contain_text("(host)")
+        expect(page.locator("#hosts")).to_contain_text("shared browsers (3 sessions each)")
+        expect(page.locator("#hosts")).to_contain_text("2 sessions")
+        expect(page.locator("#hosts")).to_contain_text("MiB")
+        row.click()
+        expect(page.locator("#session-meta")).to_contain_text(f"on shared browser {host.id}")
+        wait_for(lambda: page.locator("#page-image").evaluate("img => img.complete && img.naturalWidth > 0"),
+                 timeout=10)  # fmt: skip
+        red, green, blue, _ = centre_pixel(page)
+        assert red > 200 and green < 40 and blue < 40, (red, green, blue)  # a's page, through a's own session
+        assert f"- Page URL: {pages}/second" in b.text("browser_snapshot")  # b's page untouched
+        a.delete()
+        b.delete()
