@@ -190,13 +190,16 @@ class Hosts:
             while True:
                 await anyio.sleep(min(HOSTS_TICK, max(self.idle_timeout / 4, 0.05)))
                 now = time.monotonic()
-                for host in self.all():
-                    if host.empty_since is not None and now - host.empty_since >= self.idle_timeout:
-                        await self._end_empty(host)
-                if now - checked >= self.health_interval:
-                    checked = now
+                try:
                     for host in self.all():
-                        await self._check(host)
+                        if host.empty_since is not None and now - host.empty_since >= self.idle_timeout:
+                            await self._end_empty(host)
+                    if now - checked >= self.health_interval:
+                        checked = now
+                        for host in self.all():
+                            await self._check(host)
+                except Exception:  # one host's failure must not end the others' upkeep
+                    log.exception("hosts upkeep failed; going on")
         finally:
             self.supervisor.remove_exit_listener(self.worker_exited)
 
@@ -217,17 +220,26 @@ class Hosts:
             await self.supervisor.stop(host.id)  # its exit crashes its sessions: each resumes
 
     async def _end(self, host: Host) -> None:
-        self._hosts.pop(host.id, None)
+        """Listed until it is gone (a failure leaves it for the next tick); a placement does not
+        choose it meanwhile: its worker is stopping."""
         with anyio.CancelScope(shield=True):
             try:
                 await host.keeper.connection.aclose()
             except (RouterError, WorkerError, OSError) as exc:
                 log.info("host connection close failed id=%s: %s", host.id, exc)
             await self.supervisor.forget(host.id)
+        if self._hosts.get(host.id) is host:
+            del self._hosts[host.id]
         self.admission.release(host.id)
 
     async def close(self) -> None:
         """Shutdown, after every session left: each host ended and its directory deleted."""
+        async def end(host: Host) -> None:
+            try:
+                await self._end(host)
+            except Exception:  # the others still end; the supervisor ends whatever is left
+                log.exception("host not ended cleanly id=%s", host.id)
+
         async with anyio.create_task_group() as tg:
             for host in self.all():
-                tg.start_soon(self._end, host)
+                tg.start_soon(end, host)
