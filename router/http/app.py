@@ -173,11 +173,13 @@ def create_app(settings: Settings) -> Starlette:
         **continuity_options(settings),
     )
     metrics.watch(manager.stats, *((recorder.stats, layout.db) if recorder is not None else (None, None)))
+    shared_browsers = settings.sessions_per_browser > 1
     hooks = ExchangeHooks(
         recorder=recorder,
         metrics=metrics,
         tool_policy=ToolPolicy.build(
-            worker_args=settings.worker_args, allow=settings.allow_tools, deny=settings.deny_tools
+            worker_args=settings.worker_args, allow=settings.allow_tools, deny=settings.deny_tools,
+            shared_browser=shared_browsers,
         ),
         cached_answer=manager.requests.cached_answer,
         renew_browser=manager.renew_browser,

@@ -116,7 +116,7 @@ class Exchange:
         name = message.tool_name
         response: dict[str, Any]
         if self.is_tool_call and not self.hooks.tool_policy.allows(name):
-            error = {"code": INVALID_PARAMS, "message": f"Tool {name!r} is not available through this router"}
+            error = {"code": INVALID_PARAMS, "message": self.hooks.tool_policy.refusal(name)}
             response = {"jsonrpc": "2.0", "id": message.id, "error": error}
         elif name in tools.NAMES:
             arguments = message.params.get("arguments")
