@@ -193,6 +193,7 @@ def create_app(settings: Settings) -> Starlette:
             ),
             PromptLibrary(layout.prompts_dir),
         ),
+        shares_worker=manager.continuity.shares if shared_browsers else None,
     )
     endpoint = McpEndpoint(
         manager,

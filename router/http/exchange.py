@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from router.catalog.paging import CatalogError
 from router.errors import error_body
+from router.http.file_arguments import FileRefused, confined_call, names_files, workspace_of
 from router.http.timing import RequestTiming
 from router.http.tool_policy import ToolPolicy
 from router.protocol.messages import ClientMessage
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from router.record.recorder import Recorder
     from router.sessions.browser_watch import BrowserWatches
     from router.sessions.table import Session
+    from workers.supervisor import Worker
 
 log = logging.getLogger("mcp_router.calls")
 
@@ -60,6 +62,9 @@ class ExchangeHooks:
     # Told of each tool call done, so a browser that dies under its worker is noticed.
     browsers: BrowserWatches | None = None
     ref_ids: RefIds = field(default_factory=RefIds)
+    # Whether a worker is shared by several sessions: then a call's file names are kept to its
+    # session's own folder (router/http/file_arguments.py). None when no worker is ever shared.
+    shares_worker: Callable[[Worker], bool] | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -74,6 +79,7 @@ class Exchange:
     # (status, ms) once answered or failed; counted and logged by finish(), after the answer.
     outcome: tuple[str, float] | None = None
     request_recorded: bool = False
+    files_checked: bool = False  # the call's file names, against the worker it is sent to
     # An answer read before it was taken (``read``): its bytes and what they parsed to.
     _read: tuple[bytes, WorkerAnswer | None] | None = field(default=None, init=False)
 
@@ -84,7 +90,13 @@ class Exchange:
     def record_request(self) -> None:
         """The request's row, once: called as the request leaves for the worker (so enqueueing
         it is done while the worker works, not before the request goes), and by the answer or the
-        failure at the latest."""
+        failure at the latest. A call whose file names its worker may yet change waits for them
+        (``_confine_files``): the record shows what the worker was sent."""
+        message, unchecked = self.message, self.hooks.shares_worker is not None and not self.files_checked
+        if not (unchecked and names_files(message.tool_name, message.params.get("arguments"))):
+            self._write_request()
+
+    def _write_request(self) -> None:
         if self.request_recorded:
             return
         self.request_recorded = True
@@ -115,9 +127,8 @@ class Exchange:
         message = self.message
         name = message.tool_name
         response: dict[str, Any]
-        if self.is_tool_call and not self.hooks.tool_policy.allows(name):
-            error = {"code": INVALID_PARAMS, "message": self.hooks.tool_policy.refusal(name)}
-            response = {"jsonrpc": "2.0", "id": message.id, "error": error}
+        if (refusal := self._refusal()) is not None:
+            response = {"jsonrpc": "2.0", "id": message.id, "error": {"code": INVALID_PARAMS, "message": refusal}}
         elif name in tools.NAMES:
             arguments = message.params.get("arguments")
             recorder = self.hooks.recorder
@@ -147,6 +158,32 @@ class Exchange:
         await self._complete(response)
         return json.dumps(response).encode()
 
+    def _refusal(self) -> str | None:
+        """Why this call is not sent: a hidden tool, or a file name past its session's own folder."""
+        if not self.is_tool_call:
+            return None
+        policy, name = self.hooks.tool_policy, self.message.tool_name
+        return self._confine_files() if policy.allows(name) else policy.refusal(name)
+
+    def _confine_files(self) -> str | None:
+        """On a shared worker, the call's file names kept to its session's own folder of that
+        worker's output dir: the message rewritten (what is sent and recorded), or why it is
+        refused. Done once the session has the worker the call goes to."""
+        connection, shares = self.session.connection, self.hooks.shares_worker
+        if shares is None or connection is None or self.files_checked:
+            return None
+        self.files_checked = True
+        if not shares(connection.worker):
+            return None
+        try:
+            self.message = confined_call(
+                self.message, output_dir=connection.worker.output_dir, session_id=self.session.id,
+                workspace=workspace_of(self.session.roots.known),
+            )  # fmt: skip
+        except FileRefused as exc:
+            return str(exc)
+        return None
+
     async def answer_event(self, event: bytes) -> bytes:
         """One SSE event of the worker's answer stream; the one holding our response is taken."""
         if self.done:
@@ -172,7 +209,7 @@ class Exchange:
         if self.done:
             return
         self.done = True
-        self.record_request()
+        self._write_request()
         recorder = self.hooks.recorder
         if recorder is not None:
             recorder.response(self.ref_id, status="error", result=None, error=error, duration_ms=self._elapsed_ms())
@@ -267,7 +304,7 @@ class Exchange:
         as an object, for the record to read its linked files from) and outcome; ``facts`` back,
         with the linked snapshot if it was read for that."""
         self.done = True
-        self.record_request()
+        self._write_request()
         recorder = self.hooks.recorder
         if recorder is not None:
             connection = self.session.connection
@@ -298,7 +335,7 @@ class Exchange:
     def finish(self) -> None:
         """Counts the exchange and writes its log line, once: called when the client has its
         answer, so the ~0.1 ms these take is not on the answer's path."""
-        self.record_request()  # a request cut short before it left, or before any answer
+        self._write_request()  # a request cut short before it left, or before any answer
         if self.outcome is None:
             return
         if self.is_tool_call and (browsers := self.hooks.browsers) is not None:

@@ -105,6 +105,8 @@ class Browser:
         if tool == "browser_tabs":
             return self._tabs(str(args.get("action", "list")), args)
         if tool == "browser_storage_state":
+            # As the worker does, a named file's folder is made first.
+            os.makedirs(os.path.dirname(os.path.abspath(str(args["filename"]))), exist_ok=True)
             with open(str(args["filename"]), "w") as f:
                 json.dump(self.storage(), f)
             return "### Result\nSaved.\n"
