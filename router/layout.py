@@ -16,6 +16,7 @@ router); tests/unit/router/test_layout.py checks that both agree.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,23 @@ STATE_FILE: Final = "state.json"
 # Session ids are minted URL-safe base64, ref_ids UUIDs; a client-chosen id could be anything, so
 # a name that would leave its directory ("..", "/") never becomes a path.
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
+
+
+SESSION_TAG_CHARS: Final = 16
+
+
+def session_tag(session_id: str) -> str:
+    """A session's name in files several sessions see (a shared worker's output dir): never the
+    id itself, which is a bearer secret."""
+    return hashlib.sha256(session_id.encode()).hexdigest()[:SESSION_TAG_CHARS]
+
+
+OWN_FOLDER_PREFIX: Final = "s-"
+
+
+def own_folder(output_dir: Path, session_id: str) -> Path:
+    """A session's folder in a shared worker's output dir: its named files go there."""
+    return output_dir / f"{OWN_FOLDER_PREFIX}{session_tag(session_id)}"
 
 
 def _checked(name: str) -> str:

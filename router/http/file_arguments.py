@@ -23,19 +23,16 @@ kept to own folders, no session can read them back. The router's own save and re
 
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
+from router.layout import own_folder
 from router.protocol.messages import ClientMessage
 from router.record.worker_answer import encode
 from router.types import JsonObject
-
-OWN_FOLDER_PREFIX: Final = "s-"
-OWN_FOLDER_TAG_CHARS: Final = 16
 
 # Every argument of @playwright/mcp 0.0.83 that names a file (coreBundle.js: the callers of
 # ``resolveClientFilename``, directly or through ``resolveClientOutputFile``).
@@ -65,12 +62,6 @@ META_CWD: Final = "cwd"  # arguments._meta.cwd: the call's own directory for rel
 
 class FileRefused(ValueError):
     """A file argument reaches past the session's own folder; the message says which and why."""
-
-
-def own_folder(output_dir: Path, session_id: str) -> Path:
-    """The session's folder in a shared worker's output dir."""
-    tag = hashlib.sha256(session_id.encode()).hexdigest()[:OWN_FOLDER_TAG_CHARS]
-    return output_dir / f"{OWN_FOLDER_PREFIX}{tag}"
 
 
 def workspace_of(roots: list[dict[str, Any]] | None) -> str | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 
 from router.errors import WorkerUnreachable
-from router.layout import StateLayout
+from router.layout import StateLayout, own_folder
 from router.sessions import statefiles
 from router.sessions.admission import Admission
 from router.sessions.bringup import BringUps
@@ -382,6 +383,9 @@ class Continuity:
         if self.shares(worker):
             assert self.hosts is not None
             self.hosts.leave(session.id)
+            # Its named files are its own: they go with it (the record has read them, flushed).
+            folder = own_folder(worker.output_dir, session.id)
+            await anyio.to_thread.run_sync(lambda: shutil.rmtree(folder, ignore_errors=True))
             return
         await self.supervisor.stop(worker.session_id)
         if worker.session_id != session.id:

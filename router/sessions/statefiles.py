@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from router.json_files import read_json, write_json, write_text
-from router.layout import SESSION_FILE, STATE_FILE, StateLayout
+from router.layout import SESSION_FILE, STATE_FILE, StateLayout, session_tag
 from router.sessions.roots import roots_of
 from router.sessions.table import ENDED, MINTED_ID_RE, Session, State
 from workers.health import RestartBudget
@@ -134,8 +134,7 @@ def exchange_file(worker_output: Path, kind: str, session_id: str) -> Path:
     """Where the router hands the worker a session's storage state, or takes it from it (``kind``
     ``save`` or ``restore``): named per session, for a worker's output directory may be shared by
     several sessions (hosts.py), and never by the session id, which is a bearer secret."""
-    tag = hashlib.sha256(session_id.encode()).hexdigest()[:16]
-    return worker_output / f".router-storage-{kind}-{tag}.json"
+    return worker_output / f".router-storage-{kind}-{session_tag(session_id)}.json"
 
 
 def clear_output(worker_output: Path) -> None:

@@ -12,7 +12,8 @@ from typing import Any, Final
 import pytest
 
 from router.http.exchange import INVALID_PARAMS
-from router.http.file_arguments import READ, WRITTEN, own_folder
+from router.http.file_arguments import READ, WRITTEN
+from router.layout import own_folder
 from tests.support import PAGES, RawClient, RouterThread, find_ref, serve_pages
 from tests.support.hosted import host_output, two_clients
 from tests.support.routers import playwright_router

@@ -12,7 +12,7 @@ from typing import Any, Final
 import pytest
 
 from router.http.exchange import INVALID_PARAMS
-from router.http.file_arguments import own_folder
+from router.layout import own_folder
 from router.sessions.table import State
 from tests.support import (
     STANDIN_WORKER_COMMAND,
@@ -116,3 +116,25 @@ def test_a_call_waiting_for_its_session_to_resume_is_recorded_as_sent(
     second = own_folder(host_output(shared, a), a.session_id) / "second.json"
     assert second.is_file()
     assert recorded_arguments(shared, a, "browser_storage_state")[-1] == {"filename": str(second)}
+
+
+def test_a_sessions_folder_goes_when_it_leaves_its_host(
+    shared: RouterThread, pair: tuple[RawClient, RawClient]
+) -> None:
+    a, b = pair
+    a.text("browser_storage_state", filename="kept.json")
+    b.text("browser_storage_state", filename="kept.json")
+    out = host_output(shared, a)
+    mine, theirs = own_folder(out, a.session_id), own_folder(out, b.session_id)
+    assert (mine / "kept.json").is_file() and (theirs / "kept.json").is_file()
+    upkeep = shared.manager.upkeep
+    upkeep.idle_timeout = 0.3
+    try:
+        session = shared.manager.sessions.get(a.session_id)
+        assert session is not None
+        wait_for(lambda: session.state is State.REAPED, timeout=10)
+    finally:
+        upkeep.idle_timeout = IDLE_TIMEOUT
+    wait_for(lambda: not mine.exists(), timeout=10)
+    assert b.delete().status_code == 200
+    wait_for(lambda: not theirs.exists(), timeout=10)

@@ -10,7 +10,6 @@ from typing import Any, Final
 import pytest
 
 from router.http.file_arguments import (
-    OWN_FOLDER_PREFIX,
     READ,
     SNAPSHOT_AUTO_NAME,
     WRITTEN,
@@ -18,9 +17,9 @@ from router.http.file_arguments import (
     confine,
     confined_call,
     names_files,
-    own_folder,
     workspace_of,
 )
+from router.layout import OWN_FOLDER_PREFIX, own_folder
 from router.protocol.messages import parse
 
 A: Final = "session-a-secret-id"
