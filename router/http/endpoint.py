@@ -260,7 +260,8 @@ class McpEndpoint:
                 raise RequestCancelled
             sent_to = session.worker_session_id
             headers = upstream_headers(scope["headers"], host=worker.host_header, worker_session_id=sent_to)
-            return await worker.send("POST", headers, message.raw, sent=exchange.record_request)
+            exchange.confine_again(worker)  # a shared worker's folder for its file names, if another
+            return await worker.send("POST", headers, exchange.message.raw, sent=exchange.record_request)
 
         async def send_or_resume(worker: WorkerConnection) -> UpstreamResponse:
             try:

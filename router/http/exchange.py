@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from router.catalog.paging import CatalogError
-from router.errors import error_body
+from router.errors import WorkerUnreachable, error_body
 from router.http.file_arguments import FileRefused, confined_call, names_files, workspace_of
 from router.http.timing import RequestTiming
 from router.http.tool_policy import ToolPolicy
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from router.record.recorder import Recorder
     from router.sessions.browser_watch import BrowserWatches
     from router.sessions.table import Session
+    from router.upstream.connection import WorkerConnection
     from workers.supervisor import Worker
 
 log = logging.getLogger("mcp_router.calls")
@@ -80,6 +81,9 @@ class Exchange:
     outcome: tuple[str, float] | None = None
     request_recorded: bool = False
     files_checked: bool = False  # the call's file names, against the worker it is sent to
+    # The shared worker they were kept to, and the call as the client sent it (for another one).
+    _confined_for: Worker | None = field(default=None, init=False)
+    _as_sent: ClientMessage | None = field(default=None, init=False)
     # An answer read before it was taken (``read``): its bytes and what they parsed to.
     _read: tuple[bytes, WorkerAnswer | None] | None = field(default=None, init=False)
 
@@ -176,6 +180,7 @@ class Exchange:
         if not shares(connection.worker):
             return None
         try:
+            self._as_sent, self._confined_for = self.message, connection.worker
             self.message = confined_call(
                 self.message, output_dir=connection.worker.output_dir, session_id=self.session.id,
                 workspace=workspace_of(self.session.roots.known),
@@ -183,6 +188,20 @@ class Exchange:
         except FileRefused as exc:
             return str(exc)
         return None
+
+    def confine_again(self, connection: WorkerConnection) -> None:
+        """The call sent once more, to another shared worker (its first one died under it): its
+        file names kept to the session's folder there instead. WorkerUnreachable if refused."""
+        if self._as_sent is None or self._confined_for is connection.worker:
+            return
+        try:
+            self.message = confined_call(
+                self._as_sent, output_dir=connection.worker.output_dir, session_id=self.session.id,
+                workspace=workspace_of(self.session.roots.known),
+            )  # fmt: skip
+        except FileRefused as exc:
+            raise WorkerUnreachable(f"The call could not be sent again: {exc}") from None
+        self._confined_for = connection.worker
 
     async def answer_event(self, event: bytes) -> bytes:
         """One SSE event of the worker's answer stream; the one holding our response is taken."""
