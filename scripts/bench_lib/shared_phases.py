@@ -57,6 +57,8 @@ async def _memory(a: argparse.Namespace, env: Env, page: str) -> tuple[list[str]
     total = shared.points[-1].pss_kib / MIB if shared.points and not shared.error else None
     added, added_separate = shared.per_added_kib(), separate.per_added_kib()
     note = f"USS {shared.points[-1].uss_kib / MIB:.0f} MiB" if shared.points else ""
+    if shared.off_page:
+        note += f"; {len(shared.off_page)} sessions' current tab not the page (a blank tab beside it)"
     if separate.points:
         note += f"; a worker per session: {separate.points[-1].pss_kib / MIB:.0f} MiB"
     added_uss = shared.per_added_kib(uss=True)
@@ -98,14 +100,13 @@ async def _resume(a: argparse.Namespace, env: Env, page: str) -> tuple[list[str]
         rows.append(await shared_resume.measure(env, page, shape, reps, a.shared_capacity))
     goals = []
     for row in rows:
-        p50 = med_ms(row.firsts) / 1000 if row.firsts and not row.missing else None
-        note = f"{len(row.firsts)} resumes; before the reap: {med_ms(row.before):.0f} ms" if row.before else ""
-        if row.missing:
-            note = f"{len(row.missing)} not as expected"
-        if row.unopened:
-            note += f"; {len(row.unopened)} sessions did not find the page before the reap"
+        p50 = med_ms(row.firsts) / 1000 if row.firsts else None
+        before = f"; before the reap: {med_ms(row.before):.0f} ms" if row.before else ""
         goals.append(Goal(f"resume on a shared browser, worker up, {row.shape.label}: first call p50", p50,
-                          GOAL_RESUME_S, " s", note))  # fmt: skip
+                          GOAL_RESUME_S, " s", f"{len(row.firsts)} resumes{before}"))  # fmt: skip
+        lost = f"{len(row.unopened)} right after their first navigate, {len(row.missing)} at or after the resume"
+        goals.append(Goal(f"sessions not on their page, {row.shape.label}", len(row.unopened) + len(row.missing),
+                          0, "", lost))  # fmt: skip
     return _loaded(shared_resume.table(rows, a.shared_capacity)), goals
 
 
