@@ -78,7 +78,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "~1 min); `resumes` (only its sessions resuming at once, ~1 min); `aged` (first calls and resumes "
         "after warm workers waited --aged-idle s, kept warm and not, ~8 min); `spaced` (the router's CPU per "
         "call with a call every --spaced-gap s, ~4 min); sessions sharing a browser (--shared-capacity per "
-        "worker) against a worker each, ~8 min in all, written to their own part of docs/benchmarks.md: "
+        "worker) against a worker each, ~7 min in all, written to their own part of docs/benchmarks.md: "
         "`shared-memory` (PSS of the router's tree with 1 and --shared-sessions sessions), `shared-left` "
         "(processes left once those are reaped and their host's idle timeout passed), `shared-resume` (a "
         "reaped session's first call, its host kept up), `shared-throughput` (--concurrency sessions at "
