@@ -28,6 +28,8 @@ ROOT: Final = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "scripts"), str(ROOT)]
 
 
+from bench_lib.procs import SETTLE_GAP_S, SETTLE_SAMPLES, memory_kib  # noqa: E402
+
 from router.settings import find_browser  # noqa: E402
 from tests.e2e.isolated_worker import IsolatedWorker, Session  # noqa: E402
 from tests.support.pages import serve_pages  # noqa: E402
@@ -41,8 +43,6 @@ class Figures(NamedTuple):
     processes: int
 
 
-SAMPLES: Final = 5
-SAMPLE_GAP_S: Final = 0.4  # a settled figure: Chromium frees and maps for a moment after a call
 KIB_PER_MIB: Final = 1024
 
 
@@ -51,26 +51,15 @@ def open_page(session: Session, base: str) -> None:
     session.tool("browser_snapshot")
 
 
-def memory_kib(pid: int) -> tuple[int, int]:
-    """(PSS, USS) of one process in KiB; zeros when it is gone."""
-    fields: dict[str, int] = {}
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            key, _, rest = line.partition(":")
-            if rest.strip().endswith("kB"):
-                fields[key] = int(rest.split()[0])
-    return fields.get("Pss", 0), fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)
-
-
 def settled_kib(workers: list[IsolatedWorker]) -> Figures:
     """Median PSS and USS over a few samples, and the process count, of every process of ``workers``."""
     pss, uss, count = [], [], 0
-    for _ in range(SAMPLES):
-        time.sleep(SAMPLE_GAP_S)
+    for _ in range(SETTLE_SAMPLES):
+        time.sleep(SETTLE_GAP_S)
         pids = [pid for worker in workers for pid in worker.tree()]
-        per_process = [memory_kib(pid) for pid in pids]
-        pss.append(sum(p for p, _ in per_process))
-        uss.append(sum(u for _, u in per_process))
+        sample = memory_kib(pids)
+        pss.append(sample[0])
+        uss.append(sample[1])
         count = len(pids)
     return Figures(statistics.median(pss), statistics.median(uss), count)
 

@@ -31,6 +31,7 @@ from bench_lib import (
     load_phase,
     node_start,
     report,
+    shared_phases,
     spaced,
 )
 from bench_lib import measure as m
@@ -76,8 +77,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "Not in the default: `first-calls` (only the handshakes phase's first call after a warm initialize, "
         "~1 min); `resumes` (only its sessions resuming at once, ~1 min); `aged` (first calls and resumes "
         "after warm workers waited --aged-idle s, kept warm and not, ~8 min); `spaced` (the router's CPU per "
-        "call with a call every --spaced-gap s, ~4 min)",
+        "call with a call every --spaced-gap s, ~4 min); sessions sharing a browser (--shared-capacity per "
+        "worker) against a worker each, ~7 min in all, written to their own part of docs/benchmarks.md: "
+        "`shared-memory` (PSS of the router's tree with 1 and --shared-sessions sessions), `shared-left` "
+        "(processes left once those are reaped and their host's idle timeout passed), `shared-resume` (a "
+        "reaped session's first call, its host kept up), `shared-throughput` (--concurrency sessions at "
+        "once); `shared`: all four",
     )
+    p.add_argument("--shared-capacity", type=int, default=20, help="--sessions-per-browser of the shared phases")
+    p.add_argument("--shared-sessions", type=int, default=8, help="sessions in shared-memory and shared-left")
+    p.add_argument(
+        "--shared-reps", type=int, help="resumes timed in shared-resume, client without capabilities (default 10)"
+    )
+    p.add_argument("--shared-cc-reps", type=int, default=3, help="and Claude-Code-shaped clients' (default 3)")
     p.add_argument(
         "--handshakes-at-once", type=int, default=20, help="concurrent Claude-Code-shaped handshakes (default 20)"
     )
@@ -134,13 +146,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a.browsing = [int(x) for x in (a.browsing or ("1,5" if q else "1,10")).split(",")]
     a.concurrency = a.concurrency or (10 if q else 20)
     a.duration = a.duration or (8.0 if q else 20.0)
-    a.only = set(a.only.split(","))
+    a.shared_reps = a.shared_reps or (5 if q else 10)
+    a.only = shared_phases.expand(set(a.only.split(",")))
     a.paths = set(a.paths.split(",")) | {DIRECT}
     a.tools = tuple(a.tools.split(","))
     return a
 
 
-async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
+def with_goals(lines: list[str], goals: list[report.Goal], title: str = "Goals") -> list[str]:
+    """A report's tables under the table of its goals."""
+    if not goals:
+        return lines
+    return [
+        f"### {title}",
+        "",
+        "| goal | measured | target | result | margin |",
+        "|---|---:|---:|---|---|",
+        *(g.row() for g in goals),
+        "",
+        *lines,
+    ]
+
+
+async def run(a: argparse.Namespace, env: Env, page: str) -> dict[str, list[str]]:
+    """Each part of the report (docs_page.MAIN, docs_page.SHARED) that the phases run filled."""
     out: list[str] = []
     goals: list[report.Goal] = []
     sg_entry, sg_note = (None, "skipped (--no-supergateway)")
@@ -282,17 +311,10 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
     if {"memory", "throughput"} & a.only:
         out += await load_phase.run(a, env, page)
 
-    if goals:
-        out = [
-            "### Goals",
-            "",
-            "| goal | measured | target | result | margin |",
-            "|---|---:|---:|---|---|",
-            *(g.row() for g in goals),
-            "",
-            *out,
-        ]
-    return out
+    parts = {docs_page.MAIN: with_goals(out, goals)}
+    shared_lines, shared_goals = await shared_phases.run(a, env, page)
+    parts[docs_page.SHARED] = with_goals(shared_lines, shared_goals, "Goals of sessions sharing a browser")
+    return {part: lines for part, lines in parts.items() if lines}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -321,11 +343,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     shutil.rmtree(env.logs, ignore_errors=True)
     started = time.perf_counter()
-    load_start = Path("/proc/loadavg").read_text().split()[0]
+    load_start = report.load_average()
     status = 0
     try:
         with serve_page() as base:
-            body = asyncio.run(run(a, env, base + "/"))
+            parts = asyncio.run(run(a, env, base + "/"))
     except KeyboardInterrupt as exc:
         print(f"bench: interrupted ({exc}); cleaning up", file=sys.stderr)
         return 130
@@ -340,10 +362,11 @@ def main(argv: list[str] | None = None) -> int:
     command = "scripts/bench " + shlex.join(sys.argv[1:]) if sys.argv[1:] else "scripts/bench"
     head = [
         f"Measured {when} on {report.machine()}; `{command.strip()}` "
-        f"({time.perf_counter() - started:.0f} s), test page served on 127.0.0.1; load average at start "
-        f"{load_start}, at end {Path('/proc/loadavg').read_text().split()[0]}.",
+        f"({time.perf_counter() - started:.0f} s), test page served on 127.0.0.1; load average (1, 5, 15 min) "
+        f"at start {load_start}, at end {report.load_average()}.",
     ]
     serve = shlex.join(["mcp-router", "serve", *a.router_arg])
+    body = [line for lines in parts.values() for line in lines]
     text = "\n".join([*head, f"Router: {docs_page.router_source(a.router_src)}; `{serve}`.", "", *body]) + "\n"
     print(text)
     a.out.write_text(text)
@@ -351,10 +374,10 @@ def main(argv: list[str] | None = None) -> int:
     (a.out.parent / f"bench-{stamp}.md").write_text(text)
     (a.out.parent / "last-args.json").write_text(json.dumps(sys.argv[1:]))
     if a.update_docs:
-        docs_text = "\n".join([*head, f"Router: {docs_page.router_source(a.router_src, commit=False)}; `{serve}`.",
-                                "", *body])
-        docs_page.update(docs_text)
-        print(f"bench: wrote {docs_page.PAGE}", file=sys.stderr)
+        router = f"Router: {docs_page.router_source(a.router_src, commit=False)}; `{serve}`."
+        for part, lines in parts.items():
+            docs_page.update("\n".join([*head, router, "", *lines]), part=part)
+        print(f"bench: wrote {docs_page.PAGE} ({', '.join(parts)})", file=sys.stderr)
     print(f"bench: wrote {a.out}", file=sys.stderr)
     return status
 

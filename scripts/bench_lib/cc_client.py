@@ -143,6 +143,10 @@ class CcSession:
             raise CallError(f"{self.endpoint.name} {tool}: {text[:300]}")
         return text, elapsed
 
+    async def delete(self) -> None:
+        """Ends the session with a DELETE: what `mcp-router stdio` does at EOF (Claude Code never does)."""
+        await self.http.delete(self.endpoint.url, headers=self._headers(post=False))
+
     async def close(self) -> None:
         """Goes away the way Claude Code does: streams dropped, no DELETE."""
         tasks = [t for t in (self._get_task, *self._answers) if t is not None]

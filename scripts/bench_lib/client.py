@@ -118,6 +118,10 @@ class McpSession:
                 await self.http.delete(self.endpoint.url, headers=self._headers(), timeout=10)
             self.session_id = None
 
+    async def close(self) -> None:
+        """Its connections closed (the session stays, as a client that went away leaves it)."""
+        await self.http.aclose()
+
 
 def new_http(connections: int = 4) -> httpx.AsyncClient:
     return httpx.AsyncClient(

@@ -42,11 +42,6 @@ class ConversationRow:
     missing: list[str] = field(default_factory=list)  # what a resumed session did not find
 
 
-async def _delete(cc: CcSession) -> None:
-    """What the bridge does at EOF: DELETE its session."""
-    await cc.http.delete(cc.endpoint.url, headers=cc._headers(post=False))
-
-
 async def _process(endpoint: Named, page: str, row: ConversationRow | None) -> None:
     cc = CcSession(endpoint)
     try:
@@ -61,7 +56,7 @@ async def _process(endpoint: Named, page: str, row: ConversationRow | None) -> N
             if f"Page URL: {page}" not in text or "bench=resumed" not in found or "kept" not in found:
                 row.missing.append(f"page/cookie/storage not back: {found[:120]!r}")
             row.steady += [(await cc.call("browser_snapshot"))[1] for _ in range(3)]
-        await _delete(cc)
+        await cc.delete()  # as the bridge ends at EOF
     finally:
         await cc.close()
 

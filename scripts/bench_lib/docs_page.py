@@ -9,8 +9,12 @@ from typing import Final
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 PAGE: Final = ROOT / "docs" / "benchmarks.md"
-BEGIN: Final = "<!-- bench:begin (scripts/bench --update-docs writes from here) -->"
-END: Final = "<!-- bench:end -->"
+# The page's parts, each between markers of its own and rewritten only by a run that measured it:
+# the default phases', and those of sessions sharing a browser (bench_lib/shared_phases.py).
+MAIN: Final = "bench"
+SHARED: Final = "bench-shared"
+END: Final = "<!-- {part}:end -->"
+BEGIN: Final = "<!-- {part}:begin"  # the rest of the comment says who writes there
 # What a new page says above the generated tables; an existing page keeps what it says there.
 INTRO: Final = """# Benchmarks
 
@@ -38,12 +42,16 @@ def router_source(src: Path | None, *, commit: bool = True) -> str:
     return name + (" + uncommitted changes" if dirty else "")
 
 
-def update(text: str, page: Path = PAGE) -> None:
-    """Replaces what lies between the page's markers with ``text``; the rest stays as written. A
-    missing page is created with INTRO above the markers."""
-    content = page.read_text() if page.exists() else f"{INTRO}\n{BEGIN}\n{END}\n"
-    start, end = content.find(BEGIN), content.find(END)
-    if start < 0 or end < start:
-        raise MarkersMissing(f"{page} has no {BEGIN!r} … {END!r} pair")
-    head = content[: start + len(BEGIN)]
-    page.write_text(f"{head}\n\n{text.strip()}\n\n{content[end:]}")
+def update(text: str, page: Path = PAGE, part: str = MAIN) -> None:
+    """Replaces what lies between ``part``'s markers on the page with ``text``; the rest stays as
+    written. A part the page lacks is added at its end; a missing page is created with INTRO above."""
+    begin, end = BEGIN.format(part=part), END.format(part=part)
+    content = page.read_text() if page.exists() else f"{INTRO}\n"
+    if begin not in content and end not in content:
+        writer = "scripts/bench --update-docs" + (" --only shared" if part == SHARED else "")
+        content = f"{content.rstrip()}\n\n{begin} ({writer} writes from here) -->\n{end}\n"
+    start, stop = content.find(begin), content.find(end)
+    head_end = content.find("-->", start) + len("-->")
+    if start < 0 or stop < 0 or head_end < len("-->") or stop < head_end:
+        raise MarkersMissing(f"{page} has no {begin!r} … {end!r} pair")
+    page.write_text(f"{content[:head_end]}\n\n{text.strip()}\n\n{content[stop:]}")

@@ -28,7 +28,7 @@ from bench_lib.handshakes_resume import (
     first_calls,
     resumes_at_once,
 )
-from bench_lib.measure import button_ref, med_ms, quiet, say
+from bench_lib.measure import button_ref, failure, med_ms, quiet, say
 from bench_lib.targets import Env, Target, start_router, start_worker
 
 from router.types import HANDSHAKE_VERSIONS
@@ -250,7 +250,7 @@ async def concurrent_handshakes(target: Target, label: str, at_once: int, rounds
         for r in results:
             if isinstance(r, BaseException):
                 row.errors += 1
-                row.first_error = row.first_error or f"{type(r).__name__}: {str(r)[:200]}"
+                row.first_error = row.first_error or failure(r)
             else:
                 row.init.append(r.initialize_s)
                 row.total.append(r.total_s)

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from bench_lib.cc_client import CcSession
 from bench_lib.client import CallError, McpSession, new_http
-from bench_lib.measure import button_ref, pct, quiet, say, wait_pool
+from bench_lib.measure import button_ref, failure, pct, quiet, say, wait_pool
 from bench_lib.targets import Env, Target, start_router, start_worker
 
 from router.sessions.control import ControlError
@@ -235,6 +235,6 @@ def _gathered(row: AtOnceRow, results: list[float | BaseException]) -> None:
     for result in results:
         if isinstance(result, BaseException):
             row.failures += 1
-            row.first_failure = row.first_failure or f"{type(result).__name__}: {str(result)[:200]}"
+            row.first_failure = row.first_failure or failure(result)
         else:
             row.calls.append(result)

@@ -7,12 +7,12 @@ reserve's warm workers), for the router's default and for ``--resume-reserve 0``
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from bench_lib.cc_client import CcSession
 from bench_lib.handshakes import REAP_IDLE, open_page, wait_reaped
-from bench_lib.measure import say
+from bench_lib.measure import failure, say
 from bench_lib.procs import chromium_count
 from bench_lib.report import Goal
 from bench_lib.targets import Env, healthz, start_router
@@ -29,30 +29,37 @@ MODES: Final = (("the default", (), 1), ("`--resume-reserve 0`", ("--resume-rese
 class LeftRow:
     label: str
     limit: int
+    abandoned: int  # sessions opened, dropped and reaped before the count
     workers: int  # worker ids with a process running
     browsers: int  # Chromium main processes
     processes: int  # every process of theirs (node, Chromium and its helpers)
     reserve: object  # what /healthz calls the reserve (None from a router that does not say)
+    unopened: list[str] = field(default_factory=list)  # sessions that did not find the page: why
 
 
-async def left_after_reap(env: Env, page: str, label: str, flags: tuple[str, ...], limit: int) -> LeftRow:
+async def left_after_reap(
+    env: Env, page: str, label: str, flags: tuple[str, ...], limit: int, abandoned: int = ABANDONED
+) -> LeftRow:
+    """What runs under the router's state dir AFTER_REAP s after ``abandoned`` sessions that
+    opened the page were dropped and reaped (its --idle-timeout REAP_IDLE, also an empty shared
+    host's lifetime)."""
     name = "router-left" + "-".join(flags).replace("--", "-")
     router = start_router(env, name, "--idle-timeout", f"{REAP_IDLE:g}", *flags)
     try:
-        sessions = [CcSession(router.endpoint) for _ in range(ABANDONED)]
-        try:
-            await asyncio.gather(*(open_page(cc, page) for cc in sessions))
+        sessions = [CcSession(router.endpoint) for _ in range(abandoned)]
+        try:  # each is reaped alike, whether it found its page or not: told, not fatal
+            opened = await asyncio.gather(*(open_page(cc, page) for cc in sessions), return_exceptions=True)
         finally:
             for cc in sessions:
                 await cc.close()  # as Claude Code goes: no DELETE
         for cc in sessions:
             await wait_reaped(router, cc.session_id or "")
-        say(f"reserve ({label}): {ABANDONED} sessions reaped; counting {AFTER_REAP:g} s later")
+        say(f"reserve ({label}): {abandoned} sessions reaped; counting {AFTER_REAP:g} s later")
         await asyncio.sleep(AFTER_REAP)
         state = router.state_dir
         return LeftRow(
-            label, limit, len(running_workers(state)), chromium_count(state), len(processes_for(state)),
-            healthz(router).get("reserve"),
+            label, limit, abandoned, len(running_workers(state)), chromium_count(state), len(processes_for(state)),
+            healthz(router).get("reserve"), [failure(r) for r in opened if isinstance(r, Exception)],
         )  # fmt: skip
     finally:
         env.registry.stop(router.child)
@@ -62,19 +69,25 @@ async def measure(env: Env, page: str) -> list[LeftRow]:
     return [await left_after_reap(env, page, label, flags, limit) for label, flags, limit in MODES]
 
 
-def table(rows: list[LeftRow]) -> list[str]:
+def table(rows: list[LeftRow], workers: str = "warm workers") -> list[str]:
+    """``workers``: what the running worker ids are, in the router measured."""
+    counts = sorted({r.abandoned for r in rows})
     out = [
-        f"### Left running {AFTER_REAP:g} s after {ABANDONED} abandoned sessions are reaped "
+        f"### Left running {AFTER_REAP:g} s after {'/'.join(map(str, counts))} abandoned sessions are reaped "
         "(Claude-Code-shaped: a page opened, streams dropped, no DELETE)",
         "",
-        "| router | warm workers | Chromium | processes | `/healthz` reserve |",
+        f"| router | {workers} | Chromium | processes | `/healthz` reserve |",
         "|---|---:|---:|---:|---:|",
     ]
     out += [f"| {r.label} | {r.workers} | {r.browsers} | {r.processes} | {r.reserve} |" for r in rows]
+    out += [f"\n{r.label}: {len(r.unopened)} of {r.abandoned} sessions did not find the page ({r.unopened[0]})"
+            for r in rows if r.unopened]  # fmt: skip
     return out
 
 
 def goals(rows: list[LeftRow]) -> list[Goal]:
-    name = f"warm workers left {AFTER_REAP:g} s after {ABANDONED} abandoned sessions are reaped"
-    note = "{} Chromium, {} processes"
-    return [Goal(f"{name} ({r.label})", r.workers, r.limit, "", note.format(r.browsers, r.processes)) for r in rows]
+    out = []
+    for r in rows:
+        name = f"warm workers left {AFTER_REAP:g} s after {r.abandoned} abandoned sessions are reaped ({r.label})"
+        out.append(Goal(name, r.workers, r.limit, "", f"{r.browsers} Chromium, {r.processes} processes"))
+    return out

@@ -57,7 +57,7 @@ async def run(a: argparse.Namespace, env: Env, page: str) -> list[str]:
                 f"### Throughput (recording on): {tp.sessions} concurrent sessions, "
                 "each `browser_navigate` + `browser_snapshot` in a loop",
                 "",
-                *report.throughput_table(tp),
+                *report.throughput_table([tp]),
                 "",
             ]
     if mem_rows:

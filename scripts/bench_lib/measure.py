@@ -36,6 +36,12 @@ def say(msg: str) -> None:
     print(f"bench: {msg}", file=sys.stderr, flush=True)
 
 
+def failure(exc: BaseException) -> str:
+    """An error as a report shows it: its type and the start of its message, on one line (it
+    lands in a table cell or a list item)."""
+    return f"{type(exc).__name__}: {str(exc)[:200]}".replace("\n", "⏎")
+
+
 def pct(values: list[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100) of seconds, in ms."""
     s = sorted(values)
@@ -296,7 +302,7 @@ async def throughput(
                     result.latencies.append(dt)
                 except Exception as exc:  # counted, and the first one shown
                     result.errors += 1
-                    result.first_error = result.first_error or f"{type(exc).__name__}: {str(exc)[:200]}"
+                    result.first_error = result.first_error or failure(exc)
 
     start = time.perf_counter()
     await asyncio.gather(*(loop(k, s) for k, s in enumerate(sessions)))

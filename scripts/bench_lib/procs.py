@@ -7,10 +7,12 @@ workers.orphans.processes_for finds the whole tree, Chromium included, both to m
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import time
 from collections.abc import Iterable, Sequence
@@ -18,6 +20,11 @@ from pathlib import Path
 
 from workers import process_memory
 from workers.orphans import ENV_SESSION, ENV_STATE_DIR, end_processes, processes_for
+
+# A settled figure of memory: the median of a few samples, as Chromium maps and frees for a
+# moment after a call.
+SETTLE_SAMPLES = 5
+SETTLE_GAP_S = 0.4
 
 
 class Spawned:
@@ -172,6 +179,40 @@ def cpu_seconds_fine(pid: int) -> float:
     except OSError:
         return cpu_seconds(pid)
     return total
+
+
+def pss_uss_kib(pid: int) -> tuple[int, int]:
+    """(PSS, USS) of one process in KiB (/proc/PID/smaps_rollup); zeros when it is gone. PSS
+    splits shared pages among every process that maps them, other users' Chromiums too, so on a
+    busy machine it reads low; USS (pages no other process maps) does not move with what else runs."""
+    fields: dict[str, int] = {}
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            key, _, rest = line.partition(":")
+            if rest.strip().endswith("kB"):
+                fields[key] = int(rest.split()[0])
+    return fields.get("Pss", 0), fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)
+
+
+def memory_kib(pids: Iterable[int]) -> tuple[int, int]:
+    """(PSS, USS) in KiB of the processes ``pids``, summed."""
+    each = [pss_uss_kib(pid) for pid in pids]
+    return sum(p for p, _ in each), sum(u for _, u in each)
+
+
+async def settled_router_memory(router_pid: int, state_dir: Path) -> tuple[int, int, int]:
+    """(PSS KiB, USS KiB, process count) of a router and every process under its state dir
+    (workers, Chromium and its helpers): medians of SETTLE_SAMPLES samples SETTLE_GAP_S apart, as
+    Chromium maps and frees for a moment after a call."""
+    pss, uss, count = [], [], 0
+    for _ in range(SETTLE_SAMPLES):
+        await asyncio.sleep(SETTLE_GAP_S)
+        pids = [router_pid, *processes_for(state_dir)]
+        sample = memory_kib(pids)
+        pss.append(sample[0])
+        uss.append(sample[1])
+        count = len(pids)
+    return int(statistics.median(pss)), int(statistics.median(uss)), count
 
 
 def tree_pss(state_dir: Path, session: str | None = None) -> tuple[int, int]:

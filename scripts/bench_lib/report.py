@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from bench_lib.measure import InitResult, LatencyResult, MemoryRow, ThroughputResult, med_ms, pct
 
@@ -112,16 +114,35 @@ def memory_table(rows: list[MemoryRow]) -> list[str]:
     return lines
 
 
-def throughput_table(t: ThroughputResult) -> list[str]:
-    p50 = f"{pct(t.latencies, 50):.0f}" if t.latencies else "—"
-    p95 = f"{pct(t.latencies, 95):.0f}" if t.latencies else "—"
-    err = f"{t.errors} ({t.first_error})" if t.errors else "0"
-    cpu = f"{t.cpu_ms_per_call:.2f}" if t.cpu_ms_per_call is not None else "—"
-    idle = f"{t.idle_cpu_ms_per_s:.1f}" if t.idle_cpu_ms_per_s is not None else "—"
-    return [
+def throughput_table(results: list[ThroughputResult], labels: list[str] | None = None) -> list[str]:
+    """One row per run; ``labels`` (one per result) add a first column naming each run."""
+    head = (
         "| sessions | seconds | calls | calls/s | errors | p50 ms | p95 ms | router CPU ms per call "
-        "| router CPU ms/s idle |",
-        "|---:|---:|---:|---:|---|---:|---:|---:|---:|",
-        f"| {t.sessions} | {t.seconds:.1f} | {t.calls} | {t.calls / t.seconds:.1f} | {err} | {p50} | {p95} "
-        f"| {cpu} | {idle} |",
-    ]
+        "| router CPU ms/s idle |"
+    )
+    rule = "|---:|---:|---:|---:|---|---:|---:|---:|---:|"
+    lines = [f"| router {head}", f"|---{rule}"] if labels else [head, rule]
+    for k, t in enumerate(results):
+        p50 = f"{pct(t.latencies, 50):.0f}" if t.latencies else "—"
+        p95 = f"{pct(t.latencies, 95):.0f}" if t.latencies else "—"
+        err = f"{t.errors} ({t.first_error})" if t.errors else "0"
+        cpu = f"{t.cpu_ms_per_call:.2f}" if t.cpu_ms_per_call is not None else "—"
+        idle = f"{t.idle_cpu_ms_per_s:.1f}" if t.idle_cpu_ms_per_s is not None else "—"
+        rate = t.calls / t.seconds if t.seconds else 0.0
+        label = f"| {labels[k]} " if labels else ""
+        lines.append(
+            f"{label}| {t.sessions} | {t.seconds:.1f} | {t.calls} | {rate:.1f} | {err} | {p50} | {p95} "
+            f"| {cpu} | {idle} |"
+        )
+    return lines
+
+
+def header(columns: Sequence[str], text_columns: int = 1) -> list[str]:
+    """A Markdown table's header and rule: the first ``text_columns`` left-aligned, the figures right."""
+    rule = ["---"] * text_columns + ["---:"] * (len(columns) - text_columns)
+    return [f"| {' | '.join(columns)} |", f"|{'|'.join(rule)}|"]
+
+
+def load_average() -> str:
+    """The machine's load average over 1, 5 and 15 minutes, as `uptime` shows it."""
+    return ", ".join(Path("/proc/loadavg").read_text().split()[:3])
