@@ -101,14 +101,18 @@ def test_a_reaped_session_resumes_in_a_new_context_on_the_host(
     b.text("browser_navigate", url=f"{pages}/second")
     wait_saved(Path(shared_router.settings.state_dir), a, "r1", "/second")
     hosts_before = host_ids(shared_router)
-    host = shared_router.manager.sessions.get(a.session_id).connection.worker  # type: ignore[union-attr]
-    browser = find_browser(host.pid)
-    assert browser is not None
-    pages_before = len(renderers_of(browser))
+    session = shared_router.manager.sessions.get(a.session_id)
+    assert session is not None and session.connection is not None
+    host, old = session.connection, session.worker_session_id
     reap(shared_router, a)
-    # Its context closed with its MCP session (its page's renderer went); the host and b's live on.
-    wait_for(lambda: len(renderers_of(browser)) == pages_before - 1, timeout=10)
-    assert host.alive() and "/second" in b.text("browser_snapshot")
+    # Its MCP session on the host is gone, and its context with it (test_isolated_upstream.py: a
+    # DELETE closes that session's context only); the host and b's live on.
+    asked = httpx.post(
+        host.url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=10, trust_env=False,
+        headers={"host": host.host_header, "mcp-session-id": str(old), "accept": "application/json, text/event-stream"},
+    )  # fmt: skip
+    assert asked.status_code == 404, (asked.status_code, asked.text[:200])
+    assert host.worker.alive() and "/second" in b.text("browser_snapshot")
     started = time.monotonic()
     snapshot = a.text("browser_snapshot")
     resumed_s = time.monotonic() - started
