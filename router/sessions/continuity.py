@@ -229,7 +229,8 @@ class Continuity:
             if failures:
                 raise failures[0]
             version = (session.initialize_params or {}).get("protocolVersion")
-            self.start_soon(partial(learn, self.handshakes, version, replay.initialize_result, control))
+            if isinstance(version, str) and self.handshakes.wants(version):  # no task when it need not learn
+                self.start_soon(partial(learn, self.handshakes, version, replay.initialize_result, control))
             if session.state not in ENDED:
                 session.worker_has_roots = held is not None
                 if held is None:

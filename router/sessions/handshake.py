@@ -135,13 +135,9 @@ class HandshakeCache:
 LEARN_TIMEOUT: Final = 5.0  # a wedged worker's tools/list is not worth waiting for
 
 
-async def learn(
-    cache: HandshakeCache, version: str | None, initialize: dict[str, Any], control: ControlSession
-) -> None:
-    """Fills the cache from a worker that just answered a client's ``initialize`` (``version``), if
-    it wants that version: the worker's own tool list, asked by the router's session there."""
-    if not isinstance(version, str) or not cache.wants(version):
-        return
+async def learn(cache: HandshakeCache, version: str, initialize: dict[str, Any], control: ControlSession) -> None:
+    """Fills the cache for ``version`` (one it ``wants``) from a worker that just answered a
+    client's ``initialize``: the worker's own tool list, asked by the router's session there."""
     with contextlib.suppress(ControlError), anyio.move_on_after(LEARN_TIMEOUT):
         cache.store(version, initialize, await control.list_tools())
 
