@@ -7,9 +7,11 @@ finds the same worker port for the same id; probing only moves it when something
 from __future__ import annotations
 
 import hashlib
+import random
 import socket
 import threading
 from collections.abc import Callable, Collection
+from pathlib import Path
 
 import anyio
 
@@ -20,6 +22,9 @@ __all__ = ["PORT_MIN", "PORT_SPAN", "PortAllocator", "accepts", "derive_port", "
 PORT_MIN, PORT_SPAN = 20000, 20000
 LOOPBACK = "127.0.0.1"
 SPARE_PORT_TRIES = 50
+SPARE_PORT_LOW = 10000  # below: ports services commonly listen on
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+DEFAULT_EPHEMERAL = (32768, 60999)
 
 
 def derive_port(session_id: str, port_min: int = PORT_MIN, span: int = PORT_SPAN) -> int:
@@ -53,21 +58,30 @@ def port_is_bindable(port: int, host: str = LOOPBACK) -> bool:
     return True
 
 
+def ephemeral_ports() -> range:
+    """The kernel's range for the source ports of outgoing connections (Linux's default where
+    unreadable)."""
+    try:
+        low, high = (int(v) for v in Path(EPHEMERAL_RANGE_FILE).read_text().split())
+    except (OSError, ValueError):
+        low, high = DEFAULT_EPHEMERAL
+    return range(low, high + 1)
+
+
 def spare_port(host: str = LOOPBACK) -> int:
-    """A free port on ``host`` outside the workers' range, for a server started beside routers
-    (the tests' own, the benchmarks'). Linux's ephemeral ports (32768-60999) overlap the range,
-    and a port picked there, free when asked, could be a worker's by the time the server binds
-    it, or the server's by the time a worker derives it."""
-    for _ in range(SPARE_PORT_TRIES):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
-            port = int(sock.getsockname()[1])
-        if not PORT_MIN <= port < PORT_MIN + PORT_SPAN:
-            return port
-    for port in range(PORT_MIN + PORT_SPAN, 65536):  # an ephemeral range inside the workers' own
+    """A free port on ``host`` for a server started beside routers (the tests' own, the
+    benchmarks'): outside the workers' range, which a worker could derive by the time the server
+    binds it, and outside the ephemeral range, which any outgoing connection could take as its
+    source port between this check and that bind (seen in CI, with two test processes busy)."""
+    ephemeral = ephemeral_ports()
+    candidates: list[int] = [
+        port for port in (*range(SPARE_PORT_LOW, PORT_MIN), *range(PORT_MIN + PORT_SPAN, 65536))
+        if port not in ephemeral
+    ]  # fmt: skip
+    for port in random.SystemRandom().sample(candidates, min(SPARE_PORT_TRIES, len(candidates))):
         if port_is_bindable(port, host):
             return port
-    raise OSError(f"no free port on {host} outside {PORT_MIN}-{PORT_MIN + PORT_SPAN - 1}")
+    raise OSError(f"no free port on {host} outside {PORT_MIN}-{PORT_MIN + PORT_SPAN - 1} and {ephemeral}")
 
 
 class PortAllocator:
