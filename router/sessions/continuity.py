@@ -54,6 +54,8 @@ ROOTS_WAIT: Final = 1.0
 # pages that never load is given up after this, the session carrying on with what it got, so
 # the queue behind it moves on. One takes ~0.5-2 s; each of its control calls is bounded at 30 s.
 RESTORE_BUDGET: Final = 30.0
+# A host's handshake broke: it died if it exits within this (a killed node resets its sockets first).
+HOST_DEATH_WAIT: Final = 1.0
 
 
 class Continuity:
@@ -239,6 +241,10 @@ class Continuity:
                     )
         except ControlError as exc:
             await self._let_go(session, worker, connection, held, replay.session_id)
+            # A host that died as the session joined it (chosen before its exit was handled): another.
+            hosts = self.hosts if shared and await worker.exits_within(HOST_DEATH_WAIT) else None
+            if hosts is not None and hosts.dead(worker) is not None:
+                return await self._attach(session, None, None, None, None, reason, queued)
             session.crashed()
             raise WorkerUnreachable(
                 f"Could not start the session's browser worker: {exc}",

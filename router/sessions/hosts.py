@@ -169,15 +169,20 @@ class Hosts:
 
     # -- upkeep ----------------------------------------------------------------------------------
 
-    def worker_exited(self, worker: Worker, returncode: int) -> None:
-        """The supervisor's exit listener: a host that died is dropped (its sessions are told by
-        the upkeep's listener); its slot freed at once."""
+    def dead(self, worker: Worker) -> Host | None:
+        """A host that died is dropped, its slot freed at once; no session is placed on it again.
+        Told by its exit, or by a session that met it dead before its exit was handled."""
         host = self._hosts.get(worker.session_id)
         if host is None or host.worker is not worker:
-            return
+            return None
         del self._hosts[host.id]
         self.admission.release(host.id)
-        if not worker.stopping:
+        return host
+
+    def worker_exited(self, worker: Worker, returncode: int) -> None:
+        """The supervisor's exit listener (its sessions are told by the upkeep's)."""
+        host = self.dead(worker)
+        if host is not None and not worker.stopping:
             log.warning("host exited id=%s pid=%d code=%s sessions=%d", host.id, worker.pid, returncode,
                         len(host.sessions))  # fmt: skip
 

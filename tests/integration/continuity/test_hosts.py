@@ -229,3 +229,28 @@ def test_the_resume_reserve_keeps_the_last_host_up_while_a_browsed_session_sleep
         done(a)  # DELETE: no sleeping session wants it now
         wait_for(lambda: not host.alive() and len(hosts) == 0, timeout=10)
     wait_for(lambda: not processes_for(tmp_path), timeout=10)
+
+
+def test_a_session_placed_on_a_host_that_just_died_goes_to_another(router: RouterThread) -> None:
+    """The model met it: a host SIGKILLed, and a session placed on it before its exit was handled
+    (so it still looked alive) got 502 from the broken handshake. It takes another host now."""
+    a, b = opened(router, 2)
+    browse(a, 1)
+    host = worker_of(router, a)
+    hosts = router.manager.hosts
+    assert hosts is not None
+    supervisor = router.manager.supervisor
+    # Its exit not handled yet: the listeners are away, and it still says it is alive.
+    listeners = [hosts.worker_exited, router.manager.upkeep._worker_exited]
+    for listener in listeners:
+        supervisor.remove_exit_listener(listener)
+    host.alive = lambda: True  # type: ignore[method-assign]
+    try:
+        os.killpg(host.pgid, signal.SIGKILL)
+        wait_for(lambda: not host._child.alive(), timeout=10)
+        browse(b, 2)  # its first call: placed on the dead host first, then on a new one
+        assert worker_of(router, b) is not host and clicks(b.text("browser_snapshot")) == 2
+    finally:
+        for listener in listeners:
+            supervisor.add_exit_listener(listener)
+    done(a, b)
